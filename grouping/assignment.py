@@ -1,0 +1,863 @@
+"""Task -> processor assignment: host affinity (SAMZA-1554) and lag awareness (KIP-441).
+
+One pure function, :func:`assign_tasks`, maps (tasks, live processors, previous job model,
+task locality, task lags, which tasks are stateful, params) to container models with
+active and standby tasks, and says whether a probing rebalance is wanted.
+
+How it decides, in order:
+
+1. **Stickiness.** Every task has a *sticky owner*: the live processor that ran it (or, after
+   an elasticity change, its parent or most of its children) in the previous job model.
+2. **Balanced targets.** Per processor, a target count within ``balance_factor`` of every
+   other processor is chosen to keep as many tasks on their sticky owner as balance allows
+   (:func:`window_targets`; this is also the lower bound on moves).
+3. **Keep, then place.** A processor over its target gives up the tasks that are easiest to
+   place elsewhere and least tied to the partition groups it holds. Each remaining task goes,
+   in order of preference, to a processor at its last location, to a processor already
+   holding other buckets of its partition (SEP-32 optimisation 1), or to the least loaded
+   processor (ties: smallest processor id).
+4. **Lag.** For a stateful task only processors that are *caught up* (lag <=
+   ``acceptable_recovery_lag``; if none is, those with the smallest known lag; if no lag is
+   known, all) may run the active. The balanced target prefers them, and frees a slot on
+   one by moving another of its tasks to a caught-up peer when that keeps balance. Where
+   balance still needs a processor that is not caught up, the active stays on a caught-up
+   one (previous owner first), the target gets a *warm-up* standby (at most
+   ``max_warmup_replicas`` at once) and a probing rebalance is requested. Standbys
+   (``num_standbys``) go to processors other than the active, preferring those that hold
+   state and other locations; a standby whose target is not caught up stays where a more
+   caught-up copy is and warms up the target.
+
+Everything iterates in sorted order (tasks by name, processors by id), so the same input
+gives the same output, and a balanced assignment fed back unchanged is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from grouping.errors import GroupingError, InvalidAssignmentParams
+from grouping.lineage import PreviousAssignment
+from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
+from grouping.task_names import elasticity_factor_of, standby_task_name
+
+#: Rank of a processor that reported no lag for a task: behind every known lag.
+UNKNOWN_LAG = sys.maxsize
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentParams:
+    """KIP-441 parameters (same names and defaults as the KIP)."""
+
+    balance_factor: int = 1
+    acceptable_recovery_lag: int = 10_000
+    num_standbys: int = 0
+    max_warmup_replicas: int = 2
+
+    def __post_init__(self) -> None:
+        if self.balance_factor < 1:
+            raise InvalidAssignmentParams(
+                f"balance_factor must be at least 1, got {self.balance_factor}"
+            )
+        if self.acceptable_recovery_lag < 0:
+            raise InvalidAssignmentParams(
+                f"acceptable_recovery_lag must be at least 0, got {self.acceptable_recovery_lag}"
+            )
+        if self.num_standbys < 0:
+            raise InvalidAssignmentParams(
+                f"num_standbys must be at least 0, got {self.num_standbys}"
+            )
+        if self.max_warmup_replicas < 1:
+            raise InvalidAssignmentParams(
+                f"max_warmup_replicas must be at least 1, got {self.max_warmup_replicas}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentResult:
+    """Container models for every live processor, and what the assignment still wants.
+
+    ``warmups`` are (active task, processor) pairs holding a warm-up standby copy.
+    ``movements`` maps stateful tasks whose active could not yet go to its balanced target
+    (the target is not caught up) to that target processor.
+    """
+
+    containers: Mapping[str, ContainerModel]
+    probing_rebalance_needed: bool
+    warmups: frozenset[tuple[str, str]] = frozenset()
+    movements: Mapping[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------
+# Balanced targets
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTargets:
+    """Per-processor bounds for one class of tasks.
+
+    Processor j gets at least ``floor[j]`` and at most ``cap[j]`` tasks, and ``pool`` more
+    tasks than ``sum(floor)`` are handed out in all. ``kept`` is how many tasks can stay on
+    their sticky owner.
+    """
+
+    floor: tuple[int, ...]
+    cap: tuple[int, ...]
+    pool: int
+    kept: int
+
+
+def window_targets(
+    keep_counts: Sequence[int], base: Sequence[int], total: int, balance_factor: int
+) -> WindowTargets:
+    """Targets that keep the most tasks in place with loads within ``balance_factor``.
+
+    ``keep_counts[j]`` tasks could stay on processor j; ``base[j]`` is load j already has
+    from another class of tasks (e.g. stateful actives when placing stateless ones).
+    Final loads ``base[j] + x[j]`` lie in one window ``[L, L + balance_factor]``, except
+    that a processor whose base alone exceeds the window gets nothing. Among windows, the
+    one keeping most tasks wins; ties go to the higher (more even) window.
+    """
+    m = len(keep_counts)
+    if m == 0:
+        raise GroupingError("cannot balance tasks over zero processors")
+    b = balance_factor
+    ordered = sorted(base)
+    prefix = [0]
+    for x in ordered:
+        prefix.append(prefix[-1] + x)
+
+    def fill(level: int) -> int:
+        # sum over j of max(0, level - base[j]): tasks needed to lift everyone to `level`.
+        lo, hi = 0, m
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ordered[mid] < level:
+                lo = mid + 1
+            else:
+                hi = mid
+        return level * lo - prefix[lo]
+
+    def lowest_level_reaching(amount: int) -> int:
+        lo, hi = ordered[0], ordered[0] + amount + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fill(mid) >= amount:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    level_hi = lowest_level_reaching(total + 1) - 1  # max L with fill(L) <= total
+    level_lo = lowest_level_reaching(total) - b  # min L with fill(L + b) >= total
+    best: WindowTargets | None = None
+    for level in range(level_hi, level_lo - 1, -1):
+        lo_j = [max(0, level - x) for x in base]
+        hi_j = [max(0, level + b - x) for x in base]
+        want = [min(max(k, lo), hi) for k, lo, hi in zip(keep_counts, lo_j, hi_j, strict=True)]
+        excess = sum(want) - total
+        if excess > 0:
+            # Take the excess from the most loaded processors that are above their floor.
+            heap = [(-(base[j] + want[j]), j) for j in range(m) if want[j] > lo_j[j]]
+            heapq.heapify(heap)
+            while excess > 0:
+                _, j = heapq.heappop(heap)
+                want[j] -= 1
+                excess -= 1
+                if want[j] > lo_j[j]:
+                    heapq.heappush(heap, (-(base[j] + want[j]), j))
+            pool = 0
+            cap = tuple(want)
+        else:
+            pool = -excess
+            cap = tuple(hi_j)
+        kept = sum(min(k, w) for k, w in zip(keep_counts, want, strict=True))
+        if best is None or kept > best.kept:
+            best = WindowTargets(tuple(want), cap, pool, kept)
+    assert best is not None
+    return best
+
+
+# --------------------------------------------------------------------------------------
+# Internal world: indices instead of names, for speed on 100k tasks.
+
+
+class _World:
+    """The inputs of one assignment, indexed: processors j = 0..m-1, tasks u = 0..n-1."""
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskModel],
+        processors: Mapping[str, str],
+        previous: JobModel | None,
+        task_locality: Mapping[str, str],
+        task_lags: Mapping[str, Mapping[str, int]],
+        stateful: AbstractSet[str],
+        params: AssignmentParams,
+        elasticity_factor: int | None,
+    ) -> None:
+        self.params = params
+        self.pids = sorted(processors)
+        self.m = len(self.pids)
+        self.pid_index = {pid: j for j, pid in enumerate(self.pids)}
+        self.location = [processors[pid] for pid in self.pids]
+        self.tasks = sorted(tasks, key=lambda t: t.name)
+        self.n = len(self.tasks)
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise GroupingError("task names must be unique")
+        self.names = names
+        factor = elasticity_factor or elasticity_factor_of(self.tasks)
+        prev = PreviousAssignment.of(previous)
+        self.prev = prev
+
+        group_ids: dict[tuple[object, ...], int] = {}
+        self.group: list[int] = []
+        self.sticky: list[int] = []
+        self.locality: list[str | None] = []
+        self.lineage: list[tuple[str, ...]] = []
+        alive = self.pid_index
+        for t in self.tasks:
+            g = t.partition_group
+            self.group.append(group_ids.setdefault(g, len(group_ids)))
+            lin = prev.lineage(t, factor)
+            self.lineage.append(lin)
+            owner = prev.sticky_owner(lin, alive)
+            self.sticky.append(-1 if owner is None else alive[owner])
+            loc = task_locality.get(t.name)
+            if loc is None:
+                for name in lin:
+                    loc = task_locality.get(name)
+                    if loc is not None:
+                        break
+            self.locality.append(loc)
+
+        self.is_stateful = [name in stateful for name in names]
+        self.lag_of = self._lags(task_lags)
+        acc = params.acceptable_recovery_lag
+        # good[u]: processors allowed to run u's active (None: every processor).
+        self.good: list[tuple[int, ...] | None] = []
+        for u in range(self.n):
+            lags = self.lag_of[u]
+            if not self.is_stateful[u] or not lags:
+                self.good.append(None)
+                continue
+            ranks = {j: (0 if lag <= acc else lag) for j, lag in lags.items()}
+            best = min(ranks.values())
+            self.good.append(tuple(sorted(j for j, r in ranks.items() if r == best)))
+
+    def _lags(self, task_lags: Mapping[str, Mapping[str, int]]) -> list[dict[int, int]]:
+        """Per stateful task, processor -> known lag (following lineage across splits)."""
+        by_name: dict[str, dict[int, int]] = {}
+        for pid in sorted(task_lags):
+            j = self.pid_index.get(pid)
+            if j is None:
+                continue
+            for name, lag in task_lags[pid].items():
+                by_name.setdefault(name, {})[j] = max(0, int(lag))
+        result: list[dict[int, int]] = []
+        for u in range(self.n):
+            if not self.is_stateful[u]:
+                result.append({})
+                continue
+            direct = by_name.get(self.names[u])
+            if direct is not None:
+                result.append(direct)
+                continue
+            lin = self.lineage[u]
+            if not lin or any(name not in by_name for name in lin):
+                result.append({})
+                continue
+            # A merged task is only as caught up as its least caught-up child.
+            common = set(by_name[lin[0]])
+            for name in lin[1:]:
+                common &= set(by_name[name])
+            result.append({j: max(by_name[name][j] for name in lin) for j in sorted(common)})
+        return result
+
+    def rank(self, u: int, j: int) -> int:
+        """0 when caught up, else the lag; UNKNOWN_LAG when j reported none."""
+        lag = self.lag_of[u].get(j)
+        if lag is None:
+            return UNKNOWN_LAG
+        return 0 if lag <= self.params.acceptable_recovery_lag else lag
+
+    def is_good(self, u: int, j: int) -> bool:
+        """True when j may run u's active (caught up, or most caught up)."""
+        good = self.good[u]
+        return good is None or j in good
+
+
+class _LoadQueue:
+    """Processors ordered by (load, index), lazily updated: stale entries are skipped."""
+
+    __slots__ = ("_heap", "_load")
+
+    def __init__(self, members: Iterable[int], load: list[int]) -> None:
+        self._load = load
+        self._heap = [(load[j], j) for j in members]
+        heapq.heapify(self._heap)
+
+    def touch(self, j: int) -> None:
+        heapq.heappush(self._heap, (self._load[j], j))
+
+    def best(
+        self,
+        open_: Callable[[int], bool],
+        eligible: Callable[[int], bool] | None,
+        prefer: Callable[[int], bool] | None = None,
+        scan: int = 32,
+    ) -> int:
+        """Least loaded open processor eligible for the task, or -1.
+
+        With ``prefer``, the least loaded preferred processor among the first ``scan``
+        eligible ones wins, else the least loaded eligible one.
+        """
+        heap, load = self._heap, self._load
+        aside: list[tuple[int, int]] = []
+        first = -1
+        found = -1
+        seen = 0
+        while heap:
+            lj, j = heap[0]
+            if lj != load[j] or not open_(j):
+                heapq.heappop(heap)  # stale, or full for good: slots never reopen
+                continue
+            aside.append(heapq.heappop(heap))
+            if eligible is not None and not eligible(j):
+                continue
+            if first < 0:
+                first = j
+            if prefer is None or prefer(j):
+                found = j
+                break
+            seen += 1
+            if seen >= scan:
+                break
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return found if found >= 0 else first
+
+
+class _Slots:
+    """How many more tasks each processor may take under a :class:`WindowTargets`."""
+
+    __slots__ = ("assigned", "base", "cap", "floor", "load", "pool")
+
+    def __init__(self, targets: WindowTargets, base: Sequence[int]) -> None:
+        self.floor = targets.floor
+        self.cap = targets.cap
+        self.pool = targets.pool
+        self.base = list(base)
+        self.assigned = [0] * len(base)
+        self.load = list(base)
+
+    def open(self, j: int) -> bool:
+        a = self.assigned[j]
+        return a < self.floor[j] or (a < self.cap[j] and self.pool > 0)
+
+    def take(self, j: int) -> None:
+        if self.assigned[j] >= self.floor[j]:
+            self.pool -= 1
+        self.assigned[j] += 1
+        self.load[j] += 1
+
+    def release(self, j: int) -> None:
+        """Undo one take() on j."""
+        self.assigned[j] -= 1
+        self.load[j] -= 1
+        if self.assigned[j] >= self.floor[j]:
+            self.pool += 1
+
+    def force(self, j: int) -> None:
+        """Raise j's target by one, so that the next take() on j fits beyond the window."""
+        self.floor = (*self.floor[:j], self.floor[j] + 1, *self.floor[j + 1:])
+        self.cap = (*self.cap[:j], max(self.cap[j], self.floor[j]), *self.cap[j + 1:])
+
+
+# --------------------------------------------------------------------------------------
+# Placement of one class of tasks
+
+
+class _Placer:
+    """Balanced, sticky placement of a list of units (task copies) over processors.
+
+    ``unit_task[k]`` is the task index of unit k; ``sticky[k]`` its sticky processor or -1;
+    ``excluded(k, j)`` forbids a processor (another copy of the task is there);
+    ``lag_aware`` makes caught-up processors preferred (stateful actives);
+    ``avoid_locations(k)`` names locations to avoid when possible (standbys).
+    """
+
+    def __init__(
+        self,
+        world: _World,
+        unit_task: Sequence[int],
+        sticky: Sequence[int],
+        base: Sequence[int],
+        *,
+        lag_aware: bool,
+        excluded: Callable[[int, int], bool] | None = None,
+        exclusions: Callable[[int], Sequence[int]] | None = None,
+        avoid_locations: Callable[[int], AbstractSet[str]] | None = None,
+        group_cohesion: bool = True,
+        on_place: Callable[[int, int], None] | None = None,
+        on_remove: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.w = world
+        self.on_place = on_place
+        self.on_remove = on_remove
+        self.unit_task = unit_task
+        self.sticky = sticky
+        self.lag_aware = lag_aware
+        self.excluded = excluded
+        self.exclusions = exclusions
+        self.avoid_locations = avoid_locations
+        self.group_cohesion = group_cohesion
+        m = world.m
+        keep_lists: list[list[int]] = [[] for _ in range(m)]
+        for k, s in enumerate(sticky):
+            if s >= 0:
+                keep_lists[s].append(k)
+        self.targets = window_targets(
+            [len(x) for x in keep_lists], base, len(unit_task), world.params.balance_factor
+        )
+        self.slots = _Slots(self.targets, base)
+        self.place: list[int] = [-1] * len(unit_task)
+        self.on_proc: list[list[int]] = [[] for _ in range(m)]
+        self.group_procs: dict[int, dict[int, int]] = {}
+        self._keep_lists = keep_lists
+        load = self.slots.load
+        self.all_queue = _LoadQueue(range(m), load)
+        by_loc: dict[str, list[int]] = {}
+        for j, loc in enumerate(world.location):
+            by_loc.setdefault(loc, []).append(j)
+        self.loc_queue = {loc: _LoadQueue(js, load) for loc, js in by_loc.items()}
+        self.aug_budget = 50_000
+
+    # -- bookkeeping
+
+    def _assign(self, k: int, j: int) -> None:
+        self.slots.take(j)
+        self.place[k] = j
+        self.on_proc[j].append(k)
+        g = self.w.group[self.unit_task[k]]
+        procs = self.group_procs.setdefault(g, {})
+        procs[j] = procs.get(j, 0) + 1
+        self.all_queue.touch(j)
+        self.loc_queue[self.w.location[j]].touch(j)
+        if self.on_place is not None:
+            self.on_place(k, j)
+
+    def _move(self, k: int, src: int, dst: int) -> None:
+        """Move unit k from src to dst; src keeps its slot for the caller to refill."""
+        self.on_proc[src].remove(k)
+        g = self.w.group[self.unit_task[k]]
+        procs = self.group_procs[g]
+        procs[src] -= 1
+        if procs[src] == 0:
+            del procs[src]
+        self.slots.release(src)
+        if self.on_remove is not None:
+            self.on_remove(k, src)
+        self._assign(k, dst)
+
+    def _eligible(self, k: int, j: int) -> bool:
+        return self.excluded is None or not self.excluded(k, j)
+
+    # -- the two phases
+
+    def run(self) -> list[int]:
+        orphans = self._keep()
+        if self.lag_aware:
+            # Caught-up placements first, so that a task no caught-up processor can take
+            # (it will get a warm-up) does not use up a slot a caught-up task needs.
+            deferred = []
+            for k in sorted(orphans, key=self._constraint_order):
+                j = self._choose_caught_up(k)
+                if j >= 0:
+                    self._assign(k, j)
+                else:
+                    deferred.append(k)
+            orphans = deferred
+        for k in orphans:
+            self._assign(k, self._choose(k))
+        return self.place
+
+    def _choose_caught_up(self, k: int) -> int:
+        """An open caught-up processor for unit k (freeing one if needed), or -1."""
+        w, slots = self.w, self.slots
+        u = self.unit_task[k]
+        good = w.good[u]
+        if good is None:
+            return self._choose(k)
+        loc = w.locality[u]
+        gp = self.group_procs.get(w.group[u], {})
+        cands = [q for q in good if slots.open(q) and self._eligible(k, q)]
+        if cands:
+            load = slots.load
+            return min(cands, key=lambda q: (w.location[q] != loc, q not in gp, load[q], q))
+        return self._augment(k, good)
+
+    def _constraint_order(self, k: int) -> tuple[int, int]:
+        good = self.w.good[self.unit_task[k]]
+        return (self.w.m if good is None else len(good), k)
+
+    def _keep(self) -> list[int]:
+        """Assign each processor the sticky units it keeps; return the rest, in unit order."""
+        w, targets = self.w, self.targets
+        floor = targets.floor
+        # Processors with room after keeping their sticky units: alternatives for give-ups.
+        room = [
+            len(self._keep_lists[j]) < floor[j]
+            or (targets.pool > 0 and len(self._keep_lists[j]) < targets.cap[j])
+            for j in range(w.m)
+        ]
+        room_count = sum(room)
+        orphans: list[int] = []
+        for j in range(w.m):
+            cands = self._keep_lists[j]
+            limit = floor[j]
+            if len(cands) > limit:
+                group_count: dict[int, int] = {}
+                for k in cands:
+                    g = w.group[self.unit_task[k]]
+                    group_count[g] = group_count.get(g, 0) + 1
+
+                def priority(
+                    k: int, j: int = j, gc: dict[int, int] = group_count
+                ) -> tuple[bool, bool, int, int]:
+                    u = self.unit_task[k]
+                    return (
+                        self.lag_aware and not w.is_good(u, j),
+                        self._has_alternative(k, j, room, room_count),
+                        -gc[w.group[u]] if self.group_cohesion else 0,
+                        k,
+                    )
+
+                cands = sorted(cands, key=priority)
+                orphans.extend(cands[limit:])
+                cands = cands[:limit]
+            for k in cands:
+                self._assign(k, j)
+        orphans.extend(k for k, s in enumerate(self.sticky) if s < 0)
+        orphans.sort()
+        return orphans
+
+    def _has_alternative(self, k: int, j: int, room: list[bool], room_count: int) -> bool:
+        """True when unit k could go to another processor that has room."""
+        u = self.unit_task[k]
+        good = self.w.good[u] if self.lag_aware else None
+        if good is not None:
+            return any(q != j and room[q] and self._eligible(k, q) for q in good)
+        blocked = 0
+        if self.exclusions is not None:
+            blocked = sum(1 for q in set(self.exclusions(k)) if q != j and room[q])
+        return room_count - (1 if room[j] else 0) - blocked > 0
+
+    def _choose(self, k: int) -> int:
+        w, slots = self.w, self.slots
+        u = self.unit_task[k]
+        load = slots.load
+        if self.lag_aware and w.good[u] is not None:
+            # No caught-up processor can take it: the target becomes a warm-up, best where
+            # some state already is (a warm-up in progress), by smallest known lag.
+            known = [q for q in w.lag_of[u] if slots.open(q) and self._eligible(k, q)]
+            if known:
+                return min(known, key=lambda q: (w.rank(u, q), load[q], q))
+
+        def eligible(j: int) -> bool:
+            return self._eligible(k, j)
+        elig = eligible if self.excluded is not None else None
+        loc = w.locality[u]
+        if loc is not None and self.avoid_locations is None:
+            q = self.loc_queue[loc].best(slots.open, elig) if loc in self.loc_queue else -1
+            if q >= 0:
+                return q
+        if self.group_cohesion:
+            gp = self.group_procs.get(w.group[u])
+            if gp:
+                cands = [q for q in gp if slots.open(q) and self._eligible(k, q)]
+                if cands:
+                    return min(cands, key=lambda q: (load[q], q))
+        if self.avoid_locations is not None:
+            avoid = self.avoid_locations(k)
+            if avoid:
+                q = self.all_queue.best(
+                    slots.open, elig, prefer=lambda j: w.location[j] not in avoid)
+                if q >= 0:
+                    return q
+        q = self.all_queue.best(slots.open, elig)
+        if q >= 0:
+            return q
+        # Every open processor already holds a copy of this task: swap with a unit that can
+        # go there, else exceed a target (balance gives way to "one copy per processor").
+        q = self._swap_for(k)
+        if q >= 0:
+            return q
+        cands = [j for j in range(w.m) if self._eligible(k, j)]
+        if not cands:
+            raise GroupingError(f"no processor can take a copy of task {w.names[u]!r}")
+        q = min(cands, key=lambda j: (load[j], j))
+        self.slots.force(q)
+        return q
+
+    def _swap_for(self, k: int) -> int:
+        """Move a unit v from an eligible full processor q to an open processor p that v may
+        use, so that k can take v's place on q. Returns q, or -1 when no swap exists."""
+        w, slots = self.w, self.slots
+        open_procs = [p for p in range(w.m) if slots.open(p)]
+        for q in sorted(range(w.m), key=lambda j: (slots.load[j], j)):
+            if not self._eligible(k, q):
+                continue
+            for v in self.on_proc[q]:
+                if self.aug_budget <= 0:
+                    return -1
+                self.aug_budget -= 1
+                for p in open_procs:
+                    if p != q and self._eligible(v, p):
+                        self._move(v, q, p)
+                        return q
+        return -1
+
+    def _augment(self, k: int, good: tuple[int, ...]) -> int:
+        """Free a slot on a caught-up processor of unit k by moving one of its units to a
+        processor caught up on that unit which has room. Returns the freed processor or -1."""
+        w, slots = self.w, self.slots
+        for p in sorted(good, key=lambda q: (slots.load[q], q)):
+            if not self._eligible(k, p):
+                continue
+            for v in sorted(self.on_proc[p], key=lambda v: (self.sticky[v] == p, v)):
+                if self.aug_budget <= 0:
+                    return -1
+                self.aug_budget -= 1
+                vgood = w.good[self.unit_task[v]]
+                if vgood is None:
+                    continue  # placed freely: moving it does not make the assignment better
+                dst = [q for q in vgood if q != p and slots.open(q) and self._eligible(v, q)]
+                if dst:
+                    q = min(dst, key=lambda q: (slots.load[q], q))
+                    self._move(v, p, q)
+                    return p
+        return -1
+
+
+# --------------------------------------------------------------------------------------
+# The assignment
+
+
+def assign_tasks(
+    tasks: Sequence[TaskModel],
+    processors: Mapping[str, str],
+    *,
+    previous: JobModel | None = None,
+    task_locality: Mapping[str, str] | None = None,
+    task_lags: Mapping[str, Mapping[str, int]] | None = None,
+    stateful: AbstractSet[str] = frozenset(),
+    params: AssignmentParams | None = None,
+    elasticity_factor: int | None = None,
+) -> AssignmentResult:
+    """Assign active (and standby) copies of ``tasks`` to the live ``processors``.
+
+    Args:
+        tasks: the active task models of the new job model (names unique).
+        processors: live processor id -> location id.
+        previous: the previous job model (stickiness, standby holders, lineage).
+        task_locality: task name -> location id where it last ran.
+        task_lags: processor id -> {task name: lag in offsets}, as reported in heartbeats;
+            a task a processor holds no state for is absent (unknown = not caught up).
+        stateful: names of the tasks that have local state.
+        params: KIP-441 parameters.
+        elasticity_factor: the factor ``tasks`` were grouped with (default: read from
+            their names), used to follow lineage from the previous model.
+
+    Returns:
+        An :class:`AssignmentResult` with one container per live processor.
+    """
+    params = params or AssignmentParams()
+    w = _World(tasks, processors, previous, task_locality or {}, task_lags or {},
+               stateful, params, elasticity_factor)
+    if w.m == 0:
+        return AssignmentResult(MappingProxyType({}), False)
+
+    stateful_units = [u for u in range(w.n) if w.is_stateful[u]]
+    stateless_units = [u for u in range(w.n) if not w.is_stateful[u]]
+    active = [-1] * w.n
+    target = [-1] * w.n
+    active_load = [0] * w.m
+
+    # 1. Stateful actives: balanced, lag-aware target; actives only on caught-up processors.
+    if stateful_units:
+        placer = _Placer(w, stateful_units, [w.sticky[u] for u in stateful_units],
+                         [0] * w.m, lag_aware=True)
+        for k, j in enumerate(placer.run()):
+            target[stateful_units[k]] = j
+    moving: list[int] = []
+    for u in stateful_units:
+        if w.is_good(u, target[u]):
+            active[u] = target[u]
+            active_load[target[u]] += 1
+        else:
+            moving.append(u)
+    for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
+        active[u] = _best_caught_up(w, u, active_load)
+        active_load[active[u]] += 1
+
+    # 2. Standbys for stateful tasks, then warm-ups for the moves the targets want.
+    standbys: dict[int, list[int]] = {u: [] for u in stateful_units}
+    warmups: set[tuple[int, int]] = set()
+    budget = params.max_warmup_replicas
+    movements: dict[str, str] = {}
+    for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
+        movements[w.names[u]] = w.pids[target[u]]
+    if params.num_standbys > 0 and stateful_units:
+        _place_standbys(w, stateful_units, active, target, standbys)
+    for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
+        wanted = min(params.num_standbys, w.m - 1)
+        if len(standbys[u]) < wanted:
+            standbys[u].append(target[u])  # the warm-up copy doubles as a standby
+        elif budget > 0:
+            budget -= 1
+            warmups.add((u, target[u]))
+    standby_moves = 0
+    if params.num_standbys > 0:
+        for u in stateful_units:
+            for idx, j in enumerate(list(standbys[u])):
+                if w.rank(u, j) == 0 or j == target[u]:
+                    continue
+                holders = {active[u], target[u], *standbys[u]}
+                holders.update(j2 for u2, j2 in warmups if u2 == u)
+                rank_j = w.rank(u, j)
+                better = [q for q in w.lag_of[u] if q not in holders and w.rank(u, q) < rank_j]
+                if not better:
+                    continue
+                standby_moves += 1
+                q = min(better, key=lambda q: (w.rank(u, q), q))
+                standbys[u][idx] = q
+                if budget > 0:
+                    budget -= 1
+                    warmups.add((u, j))
+
+    # 3. Stateless actives, balanced on top of the stateful load.
+    if stateless_units:
+        placer = _Placer(w, stateless_units, [w.sticky[u] for u in stateless_units],
+                         active_load, lag_aware=False)
+        for k, j in enumerate(placer.run()):
+            active[stateless_units[k]] = j
+
+    containers = _containers(w, active, standbys, warmups)
+    return AssignmentResult(
+        containers,
+        bool(moving) or standby_moves > 0,
+        frozenset((w.names[u], w.pids[j]) for u, j in warmups),
+        MappingProxyType(movements),
+    )
+
+
+def _n_good(w: _World, u: int) -> int:
+    good = w.good[u]
+    return w.m if good is None else len(good)
+
+
+def _state_at_target(w: _World, u: int, j: int) -> bool:
+    """False first: a target that already holds some state continues its warm-up first."""
+    return j not in w.lag_of[u]
+
+
+def _best_caught_up(w: _World, u: int, active_load: list[int]) -> int:
+    """The caught-up processor for u's active: previous owner, then location, then load."""
+    good = w.good[u]
+    assert good is not None
+    sticky, loc = w.sticky[u], w.locality[u]
+    if sticky in good:
+        return sticky
+    return min(good, key=lambda q: (w.location[q] != loc, active_load[q], q))
+
+
+def _place_standbys(
+    w: _World,
+    stateful_units: list[int],
+    active: list[int],
+    target: list[int],
+    standbys: dict[int, list[int]],
+) -> None:
+    """num_standbys copies per stateful task, balanced, sticky to processors with state."""
+    unit_task: list[int] = []
+    sticky: list[int] = []
+    for u in stateful_units:
+        blocked = {active[u], target[u]}
+        copies = min(w.params.num_standbys, w.m - len(blocked))
+        holders = _state_holders(w, u, blocked)
+        for r in range(max(0, copies)):
+            unit_task.append(u)
+            sticky.append(holders[r] if r < len(holders) else -1)
+    if not unit_task:
+        return
+    copies_of: dict[int, set[int]] = {u: {active[u], target[u]} for u in stateful_units}
+
+    def excluded(k: int, j: int) -> bool:
+        return j in copies_of[unit_task[k]]
+
+    def exclusions(k: int) -> Sequence[int]:
+        u = unit_task[k]
+        return [active[u], target[u]]
+
+    def avoid(k: int) -> AbstractSet[str]:
+        return {w.location[j] for j in copies_of[unit_task[k]]}
+
+    def placed(k: int, j: int) -> None:
+        copies_of[unit_task[k]].add(j)
+
+    def removed(k: int, j: int) -> None:
+        copies_of[unit_task[k]].discard(j)
+
+    placer = _Placer(w, unit_task, sticky, [0] * w.m, lag_aware=False,
+                     excluded=excluded, exclusions=exclusions, avoid_locations=avoid,
+                     group_cohesion=False, on_place=placed, on_remove=removed)
+    for k, j in enumerate(placer.run()):
+        standbys[unit_task[k]].append(j)
+
+
+def _state_holders(w: _World, u: int, blocked: AbstractSet[int]) -> list[int]:
+    """Processors that held a copy of u (or its lineage) before: most caught up first, then
+    previous standby holders before a previous active owner (so standbys stay put)."""
+    standby: set[int] = set()
+    owners: set[int] = set()
+    for name in w.lineage[u]:
+        for pid in w.prev.standby_holders.get(name, ()):
+            j = w.pid_index.get(pid)
+            if j is not None:
+                standby.add(j)
+        owner = w.prev.owner.get(name)
+        if owner is not None and owner in w.pid_index:
+            owners.add(w.pid_index[owner])
+    holders = (standby | owners) - blocked
+    return sorted(holders, key=lambda j: (w.rank(u, j), j not in standby, j))
+
+
+def _containers(
+    w: _World,
+    active: list[int],
+    standbys: Mapping[int, list[int]],
+    warmups: AbstractSet[tuple[int, int]],
+) -> Mapping[str, ContainerModel]:
+    per_proc: list[list[TaskModel]] = [[] for _ in range(w.m)]
+    for u, task in enumerate(w.tasks):
+        per_proc[active[u]].append(task)
+    extra: dict[int, list[int]] = {}
+    for u, j in sorted(warmups):
+        extra.setdefault(u, []).append(j)
+    for u in sorted(standbys):
+        task = w.tasks[u]
+        copies = list(standbys[u]) + extra.get(u, [])
+        for replica, j in enumerate(copies):
+            per_proc[j].append(TaskModel(
+                standby_task_name(task.name, replica), task.ssps,
+                task.changelog_partition, TaskMode.STANDBY))
+    return MappingProxyType({
+        pid: ContainerModel.of(pid, w.location[j], per_proc[j])
+        for j, pid in enumerate(w.pids)
+    })
