@@ -216,39 +216,85 @@ class _World:
         self.prev = prev
 
         group_ids: dict[tuple[object, ...], int] = {}
-        self.group: list[int] = []
-        self.sticky: list[int] = []
-        self.locality: list[str | None] = []
-        self.lineage: list[tuple[str, ...]] = []
+        group: list[int] = []
+        sticky: list[int] = []
+        locality: list[str | None] = []
+        lineage: list[tuple[str, ...]] = []
         alive = self.pid_index
+        prev_owner = prev.owner
+        prev_buckets: list[Mapping[int, str]] = []
+        prev_factor = prev.factor
         for t in self.tasks:
-            g = t.partition_group
-            self.group.append(group_ids.setdefault(g, len(group_ids)))
-            lin = prev.lineage(t, factor)
-            self.lineage.append(lin)
-            owner = prev.sticky_owner(lin, alive)
-            self.sticky.append(-1 if owner is None else alive[owner])
-            loc = task_locality.get(t.name)
+            g = group_ids.get(t.partition_group)
+            if g is None:
+                g = group_ids[t.partition_group] = len(group_ids)
+                prev_buckets.append({})
+            group.append(g)
+            name = t.name
+            owner = prev_owner.get(name)
+            if owner is not None:  # the common case: the task existed before, same name
+                lineage.append((name,))
+                sticky.append(alive.get(owner, -1))
+                locality.append(task_locality.get(name))
+                continue
+            if not prev_buckets[g]:
+                prev_buckets[g] = prev.buckets_of(t.partition_group)
+            # Inlined lineage (PreviousAssignment.lineage_in + sticky_owner): this loop runs
+            # for every task of a job model whose elasticity factor just changed.
+            buckets = prev_buckets[g]
+            bucket = t.key_bucket if t.key_bucket > 0 else 0
+            lin: tuple[str, ...]
+            if not buckets:
+                lin, j = (), -1
+            elif prev_factor <= factor:  # split (or same factor): one parent
+                parent = buckets.get(bucket & (prev_factor - 1))
+                if parent is None:
+                    lin, j = (), -1
+                else:
+                    lin, j = (parent,), alive.get(prev_owner[parent], -1)
+            else:  # merge: the processor holding most children (ties: smallest id)
+                children = [buckets[c] for c in range(bucket, prev_factor, factor)
+                            if c in buckets]
+                lin = tuple(children)
+                counts: dict[int, int] = {}
+                for child in children:
+                    jc = alive.get(prev_owner[child], -1)
+                    if jc >= 0:
+                        counts[jc] = counts.get(jc, 0) + 1
+                if not counts:
+                    j = -1
+                elif len(counts) == 1:
+                    j = next(iter(counts))
+                else:
+                    top = max(counts.values())
+                    j = min(jc for jc, c in counts.items() if c == top)
+            lineage.append(lin)
+            sticky.append(j)
+            loc = task_locality.get(name)
             if loc is None:
-                for name in lin:
-                    loc = task_locality.get(name)
+                for parent in lin:
+                    loc = task_locality.get(parent)
                     if loc is not None:
                         break
-            self.locality.append(loc)
+            locality.append(loc)
+        self.group, self.sticky, self.locality, self.lineage = group, sticky, locality, lineage
 
         self.is_stateful = [name in stateful for name in names]
         self.lag_of = self._lags(task_lags)
         acc = params.acceptable_recovery_lag
         # good[u]: processors allowed to run u's active (None: every processor).
-        self.good: list[tuple[int, ...] | None] = []
-        for u in range(self.n):
-            lags = self.lag_of[u]
-            if not self.is_stateful[u] or not lags:
-                self.good.append(None)
-                continue
-            ranks = {j: (0 if lag <= acc else lag) for j, lag in lags.items()}
-            best = min(ranks.values())
-            self.good.append(tuple(sorted(j for j, r in ranks.items() if r == best)))
+        good: list[tuple[int, ...] | None] = []
+        append = good.append
+        for lags in self.lag_of:
+            if not lags:  # stateless, or no lag known anywhere: every processor is as good
+                append(None)
+            elif len(lags) == 1:
+                append(tuple(lags))
+            else:
+                best = min(0 if lag <= acc else lag for lag in lags.values())
+                append(tuple(sorted(
+                    j for j, lag in lags.items() if (0 if lag <= acc else lag) == best)))
+        self.good = good
 
     def _lags(self, task_lags: Mapping[str, Mapping[str, int]]) -> list[dict[int, int]]:
         """Per stateful task, processor -> known lag (following lineage across splits)."""
@@ -258,25 +304,42 @@ class _World:
             if j is None:
                 continue
             for name, lag in task_lags[pid].items():
-                by_name.setdefault(name, {})[j] = max(0, int(lag))
+                entry = by_name.get(name)
+                if entry is None:
+                    entry = by_name[name] = {}
+                entry[j] = lag if lag > 0 else 0
         result: list[dict[int, int]] = []
+        empty: dict[int, int] = {}
+        names, is_stateful = self.names, self.is_stateful
         for u in range(self.n):
-            if not self.is_stateful[u]:
-                result.append({})
+            if not is_stateful[u]:
+                result.append(empty)
                 continue
-            direct = by_name.get(self.names[u])
+            direct = by_name.get(names[u])
             if direct is not None:
                 result.append(direct)
                 continue
             lin = self.lineage[u]
-            if not lin or any(name not in by_name for name in lin):
-                result.append({})
+            if len(lin) == 1:  # a split child: its parent's state is its state
+                result.append(by_name.get(lin[0], empty))
+                continue
+            maps = [by_name.get(name) for name in lin]
+            if not maps or None in maps:
+                result.append(empty)
                 continue
             # A merged task is only as caught up as its least caught-up child.
-            common = set(by_name[lin[0]])
-            for name in lin[1:]:
-                common &= set(by_name[name])
-            result.append({j: max(by_name[name][j] for name in lin) for j in sorted(common)})
+            merged: dict[int, int] = {}
+            rest = maps[1:]
+            for j, lag in maps[0].items():  # type: ignore[union-attr]
+                worst = lag
+                for other in rest:
+                    more = other.get(j)  # type: ignore[union-attr]
+                    if more is None:
+                        break
+                    worst = more if more > worst else worst
+                else:
+                    merged[j] = worst
+            result.append(merged)
         return result
 
     def rank(self, u: int, j: int) -> int:
@@ -430,12 +493,9 @@ class _Placer:
         self.on_proc: list[list[int]] = [[] for _ in range(m)]
         self.group_procs: dict[int, dict[int, int]] = {}
         self._keep_lists = keep_lists
-        load = self.slots.load
-        self.all_queue = _LoadQueue(range(m), load)
-        by_loc: dict[str, list[int]] = {}
-        for j, loc in enumerate(world.location):
-            by_loc.setdefault(loc, []).append(j)
-        self.loc_queue = {loc: _LoadQueue(js, load) for loc, js in by_loc.items()}
+        # Load queues are built once the sticky units are kept (see _open_queues).
+        self.all_queue = _LoadQueue((), self.slots.load)
+        self.loc_queue: dict[str, _LoadQueue] = {}
         self.aug_budget = 50_000
 
     # -- bookkeeping
@@ -444,9 +504,10 @@ class _Placer:
         self.slots.take(j)
         self.place[k] = j
         self.on_proc[j].append(k)
-        g = self.w.group[self.unit_task[k]]
-        procs = self.group_procs.setdefault(g, {})
-        procs[j] = procs.get(j, 0) + 1
+        if self.group_cohesion:
+            g = self.w.group[self.unit_task[k]]
+            procs = self.group_procs.setdefault(g, {})
+            procs[j] = procs.get(j, 0) + 1
         self.all_queue.touch(j)
         self.loc_queue[self.w.location[j]].touch(j)
         if self.on_place is not None:
@@ -455,11 +516,12 @@ class _Placer:
     def _move(self, k: int, src: int, dst: int) -> None:
         """Move unit k from src to dst; src keeps its slot for the caller to refill."""
         self.on_proc[src].remove(k)
-        g = self.w.group[self.unit_task[k]]
-        procs = self.group_procs[g]
-        procs[src] -= 1
-        if procs[src] == 0:
-            del procs[src]
+        if self.group_cohesion:
+            procs = self.group_procs.setdefault(self.w.group[self.unit_task[k]], {})
+            if procs.get(src, 0) > 1:
+                procs[src] -= 1
+            else:
+                procs.pop(src, None)
         self.slots.release(src)
         if self.on_remove is not None:
             self.on_remove(k, src)
@@ -541,11 +603,44 @@ class _Placer:
                 cands = sorted(cands, key=priority)
                 orphans.extend(cands[limit:])
                 cands = cands[:limit]
-            for k in cands:
-                self._assign(k, j)
+            self._keep_all(j, cands)
         orphans.extend(k for k, s in enumerate(self.sticky) if s < 0)
         orphans.sort()
+        self._open_queues(orphans)
         return orphans
+
+    def _keep_all(self, j: int, units: list[int]) -> None:
+        """Book ``units`` on j in bulk (no queue updates: the queues come after)."""
+        slots = self.slots
+        for _ in units:
+            slots.take(j)
+        place = self.place
+        for k in units:
+            place[k] = j
+        self.on_proc[j].extend(units)
+        if self.on_place is not None:
+            for k in units:
+                self.on_place(k, j)
+
+    def _open_queues(self, orphans: list[int]) -> None:
+        """Build load queues and partition-group locations, needed only to place orphans."""
+        w = self.w
+        load = self.slots.load
+        self.all_queue = _LoadQueue(range(w.m), load)
+        by_loc: dict[str, list[int]] = {}
+        for j, loc in enumerate(w.location):
+            by_loc.setdefault(loc, []).append(j)
+        self.loc_queue = {loc: _LoadQueue(js, load) for loc, js in by_loc.items()}
+        if not self.group_cohesion or not orphans:
+            return
+        unit_task, group = self.unit_task, w.group
+        wanted = {group[unit_task[k]] for k in orphans}
+        for j, units in enumerate(self.on_proc):
+            for k in units:
+                g = group[unit_task[k]]
+                if g in wanted:
+                    procs = self.group_procs.setdefault(g, {})
+                    procs[j] = procs.get(j, 0) + 1
 
     def _has_alternative(self, k: int, j: int, room: list[bool], room_count: int) -> bool:
         """True when unit k could go to another processor that has room."""

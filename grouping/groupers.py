@@ -16,25 +16,27 @@ partition share one changelog partition); a new group gets its input partition n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 from grouping.errors import UnsupportedGrouperConfiguration
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
-from grouping.model import WHOLE_PARTITION, SystemStreamPartition, TaskModel
+from grouping.model import WHOLE_PARTITION, SystemStreamPartition, TaskMode, TaskModel
 from grouping.task_names import partition_task_name, ssp_task_name
 
 PartitionGroup = tuple[SystemStreamPartition, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """A task as a grouper makes it, before its changelog partition is settled."""
+class GroupSpec(NamedTuple):
+    """The tasks a grouper makes from one partition group (they share a changelog partition).
 
-    name: str
-    ssps: tuple[SystemStreamPartition, ...]
+    ``tasks`` holds (task name, key bucket) pairs; a task reads ``bucket`` of every SSP of
+    the group (-1: whole partitions). ``changelog_hint`` is the changelog partition a new
+    group prefers (None: the next free one).
+    """
+
     group: PartitionGroup
     changelog_hint: int | None
+    tasks: list[tuple[str, int]]
 
 
 class SspGrouper(Protocol):
@@ -47,8 +49,8 @@ class SspGrouper(Protocol):
         ssps: Iterable[SystemStreamPartition],
         elasticity_factor: int,
         processor_ids: Sequence[str] = (),
-    ) -> list[TaskSpec]:
-        """Task specs in a deterministic (sorted) order."""
+    ) -> list[GroupSpec]:
+        """Group specs in a deterministic (sorted) order."""
         ...
 
 
@@ -70,22 +72,18 @@ class GroupByPartition:
         ssps: Iterable[SystemStreamPartition],
         elasticity_factor: int,
         processor_ids: Sequence[str] = (),
-    ) -> list[TaskSpec]:
-        """One spec per (partition, key bucket)."""
+    ) -> list[GroupSpec]:
+        """One group per partition number, one task per key bucket."""
         by_partition: dict[int, list[SystemStreamPartition]] = {}
         for ssp in _whole_sorted(ssps):
             by_partition.setdefault(ssp.partition, []).append(ssp)
-        specs = []
-        for partition in sorted(by_partition):
-            group = tuple(by_partition[partition])
-            for bucket in _buckets(elasticity_factor):
-                specs.append(TaskSpec(
-                    partition_task_name(partition, max(bucket, 0), elasticity_factor),
-                    tuple(s.with_key_bucket(bucket) for s in group),
-                    group,
-                    partition,
-                ))
-        return specs
+        f = elasticity_factor
+        return [
+            GroupSpec(tuple(by_partition[p]), p, [
+                (partition_task_name(p, max(b, 0), f), b) for b in _buckets(f)
+            ])
+            for p in sorted(by_partition)
+        ]
 
 
 class GroupBySystemStreamPartition:
@@ -98,18 +96,13 @@ class GroupBySystemStreamPartition:
         ssps: Iterable[SystemStreamPartition],
         elasticity_factor: int,
         processor_ids: Sequence[str] = (),
-    ) -> list[TaskSpec]:
-        """One spec per (SSP, key bucket)."""
-        specs = []
-        for ssp in _whole_sorted(ssps):
-            for bucket in _buckets(elasticity_factor):
-                specs.append(TaskSpec(
-                    ssp_task_name(ssp, max(bucket, 0), elasticity_factor),
-                    (ssp.with_key_bucket(bucket),),
-                    (ssp,),
-                    None,
-                ))
-        return specs
+    ) -> list[GroupSpec]:
+        """One group per SSP, one task per key bucket."""
+        f = elasticity_factor
+        return [
+            GroupSpec((ssp,), None, [(ssp_task_name(ssp, max(b, 0), f), b) for b in _buckets(f)])
+            for ssp in _whole_sorted(ssps)
+        ]
 
 
 class AllSspToSingleTask:
@@ -122,8 +115,8 @@ class AllSspToSingleTask:
         ssps: Iterable[SystemStreamPartition],
         elasticity_factor: int,
         processor_ids: Sequence[str] = (),
-    ) -> list[TaskSpec]:
-        """One spec per processor; refuses an elasticity factor above 1."""
+    ) -> list[GroupSpec]:
+        """One group (every SSP) holding one task per processor; refuses F above 1."""
         if elasticity_factor != 1:
             raise UnsupportedGrouperConfiguration(
                 "AllSspToSingleTask gives every processor all SSPs, so its tasks cannot be "
@@ -134,9 +127,8 @@ class AllSspToSingleTask:
                 "AllSspToSingleTask needs at least one processor to make a task for"
             )
         whole = tuple(_whole_sorted(ssps))
-        return [
-            TaskSpec(f"Task-{pid}", whole, whole, None) for pid in sorted(set(processor_ids))
-        ]
+        return [GroupSpec(whole, None, [
+            (f"Task-{pid}", WHOLE_PARTITION) for pid in sorted(set(processor_ids))])]
 
 
 GROUPERS: Mapping[str, type[GroupByPartition | GroupBySystemStreamPartition | AllSspToSingleTask]]
@@ -176,36 +168,46 @@ def group_tasks(
     specs = grouper.group(ssps, elasticity_factor, processor_ids)
     by_name: dict[str, int] = {}
     by_group: dict[PartitionGroup, int] = {}
-    for task in sorted(previous_tasks, key=lambda t: t.name):
-        if task.changelog_partition < 0:
-            continue
-        by_name[task.name] = task.changelog_partition
-        by_group.setdefault(task.partition_group, task.changelog_partition)
-    used = set(by_name.values())
-    chosen: dict[PartitionGroup, int] = {}
-    pending: list[PartitionGroup] = []
-    pending_set: set[PartitionGroup] = set()
+    for task in previous_tasks:
+        if task.changelog_partition >= 0:
+            by_name[task.name] = task.changelog_partition
+            known = by_group.get(task.partition_group)
+            if known is None or task.changelog_partition < known:
+                by_group[task.partition_group] = task.changelog_partition
+    chosen: list[int | None] = []
     for spec in specs:
-        if spec.name in by_name:
-            chosen.setdefault(spec.group, by_name[spec.name])
-        elif spec.group in by_group:
-            chosen.setdefault(spec.group, by_group[spec.group])
-    used |= set(chosen.values())
-    for spec in specs:
-        if spec.group in chosen or spec.group in pending_set:
-            continue
+        found = by_group.get(spec.group)
+        if found is None:
+            found = next((by_name[n] for n, _ in spec.tasks if n in by_name), None)
+        chosen.append(found)
+    used = {c for c in chosen if c is not None}
+    for i, spec in enumerate(specs):
         hint = spec.changelog_hint
-        if hint is not None and hint not in used:
-            chosen[spec.group] = hint
+        if chosen[i] is None and hint is not None and hint not in used:
+            chosen[i] = hint
             used.add(hint)
-        else:
-            pending.append(spec.group)
-            pending_set.add(spec.group)
     next_free = max(used, default=-1) + 1
-    for group in pending:
-        chosen[group] = next_free
-        next_free += 1
-    return [
-        TaskModel(spec.name, spec.ssps, by_name.get(spec.name, chosen[spec.group]))
-        for spec in specs
-    ]
+    # The hot loop of job model generation (100k tasks): tuples built directly.
+    make = tuple.__new__
+    ssp_type, task_type, active = SystemStreamPartition, TaskModel, TaskMode.ACTIVE
+    changelog_of = by_name.get
+    tasks: list[TaskModel] = []
+    append = tasks.append
+    for spec, settled in zip(specs, chosen, strict=True):
+        if settled is None:
+            changelog = next_free
+            next_free += 1
+        else:
+            changelog = settled
+        group = spec.group
+        single = group[0] if len(group) == 1 else None
+        for name, bucket in spec.tasks:
+            if bucket == WHOLE_PARTITION:
+                task_ssps = group
+            elif single is not None:
+                task_ssps = (make(ssp_type, (single[0], single[1], single[2], bucket)),)
+            else:
+                task_ssps = tuple(make(ssp_type, (g[0], g[1], g[2], bucket)) for g in group)
+            append(make(task_type, (name, task_ssps, changelog_of(name, changelog), active, bucket,
+                                    group)))
+    return tasks

@@ -9,7 +9,6 @@ all follow this lineage, so a split child prefers its parent's processor.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from grouping.model import JobModel, TaskMode, TaskModel
 from grouping.task_names import elasticity_factor_of, parse_standby_task_name
@@ -17,62 +16,86 @@ from grouping.task_names import elasticity_factor_of, parse_standby_task_name
 PartitionGroup = tuple[object, ...]
 
 
-@dataclass(frozen=True, slots=True)
 class PreviousAssignment:
     """The parts of a previous job model the assignment needs, indexed for lookups."""
 
-    factor: int = 1
-    owner: Mapping[str, str] = field(default_factory=dict)
-    standby_holders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    by_bucket: Mapping[tuple[PartitionGroup, int], str] = field(default_factory=dict)
+    __slots__ = ("_by_group", "_tasks", "factor", "owner", "standby_holders")
+
+    def __init__(
+        self,
+        factor: int = 1,
+        owner: Mapping[str, str] | None = None,
+        standby_holders: Mapping[str, tuple[str, ...]] | None = None,
+        tasks: Mapping[str, TaskModel] | None = None,
+    ) -> None:
+        self.factor = factor
+        self.owner: Mapping[str, str] = owner or {}
+        self.standby_holders: Mapping[str, tuple[str, ...]] = standby_holders or {}
+        self._tasks: Mapping[str, TaskModel] = tasks or {}
+        self._by_group: dict[PartitionGroup, dict[int, str]] | None = None
 
     @staticmethod
     def of(previous: JobModel | None) -> PreviousAssignment:
         """Index ``previous`` (None: no history)."""
         if previous is None:
             return PreviousAssignment()
-        owner: dict[str, str] = {}
+        tasks, owner = previous._index()
         holders: dict[str, list[str]] = {}
-        by_bucket: dict[tuple[PartitionGroup, int], str] = {}
         for pid, container in previous.containers.items():
             for name, task in container.tasks.items():
-                if task.mode is TaskMode.ACTIVE:
-                    owner[name] = pid
-                    by_bucket[(task.partition_group, max(task.key_bucket, 0))] = name
-                else:
+                if task.mode is TaskMode.STANDBY:
                     parsed = parse_standby_task_name(name)
                     if parsed is not None:
                         holders.setdefault(parsed[0], []).append(pid)
         factor = previous.config.get("elasticityFactor")
         return PreviousAssignment(
-            int(factor) if factor is not None else elasticity_factor_of(
-                t for c in previous.containers.values() for t in c.active_tasks),
+            int(factor) if factor is not None else elasticity_factor_of(tasks.values()),
             owner,
             {k: tuple(sorted(set(v))) for k, v in holders.items()},
-            by_bucket,
+            tasks,
         )
+
+    def buckets_of(self, group: PartitionGroup) -> Mapping[int, str]:
+        """Previous active tasks of one partition group: key bucket -> task name."""
+        # Built on first need: when every task keeps its name, no lineage lookup happens.
+        if self._by_group is None:
+            by_group: dict[PartitionGroup, dict[int, str]] = {}
+            for name, t in self._tasks.items():
+                by_group.setdefault(t.partition_group, {})[max(t.key_bucket, 0)] = name
+            self._by_group = by_group
+        return self._by_group.get(group, {})
+
+    def lineage_in(self, buckets: Mapping[int, str], bucket: int, factor: int) -> tuple[str, ...]:
+        """Previous tasks (of one group's ``buckets``) overlapping ``bucket`` under ``factor``."""
+        if not buckets:
+            return ()
+        bucket = max(bucket, 0)
+        prev_factor = self.factor
+        if prev_factor <= factor:
+            parent = buckets.get(bucket & (prev_factor - 1))
+            return () if parent is None else (parent,)
+        children = []
+        for b in range(bucket, prev_factor, factor):
+            child = buckets.get(b)
+            if child is not None:
+                children.append(child)
+        return tuple(children)
 
     def lineage(self, task: TaskModel, factor: int) -> tuple[str, ...]:
         """Names of the previous active tasks whose key space overlaps ``task``'s."""
         if task.name in self.owner:
             return (task.name,)
-        if not self.by_bucket:
-            return ()
-        group = task.partition_group
-        bucket = max(task.key_bucket, 0)
-        if self.factor <= factor:
-            parent = self.by_bucket.get((group, bucket & (self.factor - 1)))
-            return () if parent is None else (parent,)
-        children = (self.by_bucket.get((group, b)) for b in range(bucket, self.factor, factor))
-        return tuple(c for c in children if c is not None)
+        return self.lineage_in(self.buckets_of(task.partition_group), task.key_bucket, factor)
 
     def sticky_owner(self, lineage: Iterable[str], alive: Mapping[str, object]) -> str | None:
         """The live processor that held most of ``lineage`` (ties: smallest processor id)."""
+        owner = self.owner
         counts: dict[str, int] = {}
         for name in lineage:
-            pid = self.owner.get(name)
+            pid = owner.get(name)
             if pid is not None and pid in alive:
                 counts[pid] = counts.get(pid, 0) + 1
-        if not counts:
-            return None
-        return min(counts, key=lambda pid: (-counts[pid], pid))
+        if len(counts) <= 1:
+            return next(iter(counts), None)
+        top = max(counts.values())
+        return min(pid for pid, c in counts.items() if c == top)

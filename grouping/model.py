@@ -9,31 +9,41 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
+from operator import itemgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Key bucket value meaning "the whole partition" (Samza's convention).
 WHOLE_PARTITION = -1
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class SystemStreamPartition:
-    """(system, stream, partition) plus an optional key bucket (SEP-32's SSPKb).
-
-    ``key_bucket == -1`` means the whole partition. The factor a bucket belongs to is not
-    part of the SSP: it is the job model's elasticity factor.
-    """
-
+class _SspFields(NamedTuple):
     system: str
     stream: str
     partition: int
-    key_bucket: int = WHOLE_PARTITION
+    key_bucket: int
 
-    def __post_init__(self) -> None:
-        if self.partition < 0:
-            raise ValueError(f"partition must be >= 0, got {self.partition}")
-        if self.key_bucket < WHOLE_PARTITION:
-            raise ValueError(f"key bucket must be >= -1, got {self.key_bucket}")
+
+class SystemStreamPartition(_SspFields):
+    """(system, stream, partition) plus an optional key bucket (SEP-32's SSPKb).
+
+    ``key_bucket == -1`` means the whole partition. The factor a bucket belongs to is not
+    part of the SSP: it is the job model's elasticity factor. A tuple underneath, so that
+    hashing, equality and ordering (system, stream, partition, bucket) run at C speed on
+    job models with 100k tasks.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls, system: str, stream: str, partition: int, key_bucket: int = WHOLE_PARTITION
+    ) -> SystemStreamPartition:
+        if partition < 0:
+            raise ValueError(f"partition must be >= 0, got {partition}")
+        if key_bucket < WHOLE_PARTITION:
+            raise ValueError(f"key bucket must be >= -1, got {key_bucket}")
+        return tuple.__new__(cls, (system, stream, partition, key_bucket))
 
     @property
     def has_key_bucket(self) -> bool:
@@ -44,11 +54,15 @@ class SystemStreamPartition:
         """The same partition without a key bucket."""
         if self.key_bucket == WHOLE_PARTITION:
             return self
-        return SystemStreamPartition(self.system, self.stream, self.partition)
+        return tuple.__new__(SystemStreamPartition,
+                             (self.system, self.stream, self.partition, WHOLE_PARTITION))
 
     def with_key_bucket(self, key_bucket: int) -> SystemStreamPartition:
         """The same partition restricted to ``key_bucket`` (-1 for the whole partition)."""
-        return SystemStreamPartition(self.system, self.stream, self.partition, key_bucket)
+        if key_bucket < WHOLE_PARTITION:
+            raise ValueError(f"key bucket must be >= -1, got {key_bucket}")
+        return tuple.__new__(SystemStreamPartition,
+                             (self.system, self.stream, self.partition, key_bucket))
 
     def __str__(self) -> str:
         if self.key_bucket == WHOLE_PARTITION:
@@ -70,38 +84,88 @@ class TaskMode(StrEnum):
     STANDBY = "Standby"
 
 
-@dataclass(frozen=True, slots=True)
-class TaskModel:
-    """One (virtual) task: its name, the SSPs (or SSPKbs) it reads, its changelog partition."""
-
+class _TaskFields(NamedTuple):
     name: str
     ssps: tuple[SystemStreamPartition, ...]
     changelog_partition: int
-    mode: TaskMode = TaskMode.ACTIVE
+    mode: TaskMode
+    key_bucket: int
+    partition_group: tuple[SystemStreamPartition, ...]
 
-    def __post_init__(self) -> None:
-        if not self.name:
+
+class TaskModel(_TaskFields):
+    """One (virtual) task: its name, the SSPs (or SSPKbs) it reads, its changelog partition.
+
+    Derived, read-only: ``key_bucket`` (the bucket shared by its SSPs, -1 for whole
+    partitions) and ``partition_group`` (the whole partitions it reads; tasks sharing it
+    split one partition by key). A tuple underneath: cheap to build 100k of.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        name: str,
+        ssps: tuple[SystemStreamPartition, ...],
+        changelog_partition: int,
+        mode: TaskMode = TaskMode.ACTIVE,
+    ) -> TaskModel:
+        if not name:
             raise ValueError("task name must not be empty")
-        ordered = tuple(sorted(set(self.ssps)))
-        if ordered != self.ssps:
-            object.__setattr__(self, "ssps", ordered)
+        group: tuple[SystemStreamPartition, ...]
+        if len(ssps) == 1:
+            only = ssps[0]
+            bucket = only.key_bucket
+            group = ssps if bucket == WHOLE_PARTITION else (only.whole(),)
+        else:
+            if any(a >= b for a, b in pairwise(ssps)):
+                ssps = tuple(sorted(set(ssps)))
+            buckets = {s.key_bucket for s in ssps}
+            bucket = buckets.pop() if len(buckets) == 1 else WHOLE_PARTITION
+            if all(s.key_bucket == WHOLE_PARTITION for s in ssps):
+                group = ssps
+            else:
+                group = tuple(sorted({s.whole() for s in ssps}))
+        if mode.__class__ is not TaskMode:
+            mode = TaskMode(mode)
+        return tuple.__new__(cls, (name, tuple(ssps), changelog_partition, mode, bucket, group))
 
-    @property
-    def key_bucket(self) -> int:
-        """The key bucket shared by this task's SSPs (-1 when it reads whole partitions)."""
-        buckets = {ssp.key_bucket for ssp in self.ssps}
-        if len(buckets) == 1:
-            return next(iter(buckets))
-        return WHOLE_PARTITION
+    @staticmethod
+    def trusted(
+        name: str,
+        ssps: tuple[SystemStreamPartition, ...],
+        changelog_partition: int,
+        mode: TaskMode,
+        key_bucket: int,
+        partition_group: tuple[SystemStreamPartition, ...],
+    ) -> TaskModel:
+        """Build without checks or derivations, for groupers that already know them all
+        (sorted SSPs sharing ``key_bucket``, and their whole partitions)."""
+        return tuple.__new__(TaskModel, (name, ssps, changelog_partition, mode, key_bucket,
+                                         partition_group))
 
-    @property
-    def partition_group(self) -> tuple[SystemStreamPartition, ...]:
-        """The whole partitions this task reads from: tasks sharing it split one partition."""
-        return tuple(sorted({ssp.whole() for ssp in self.ssps}))
+    def _replace(self, **changes: Any) -> TaskModel:
+        """A copy with some of name, ssps, changelog_partition and mode changed; the
+        derived fields are derived again."""
+        unknown = changes.keys() - {"name", "ssps", "changelog_partition", "mode"}
+        if unknown:
+            raise ValueError(f"cannot replace derived or unknown fields: {sorted(unknown)}")
+        return TaskModel(
+            changes.get("name", self.name),
+            changes.get("ssps", self.ssps),
+            changes.get("changelog_partition", self.changelog_partition),
+            changes.get("mode", self.mode),
+        )
+
+    def with_mode(self, mode: TaskMode, name: str | None = None) -> TaskModel:
+        """The same task in another mode (e.g. a standby copy under its standby name)."""
+        return tuple.__new__(TaskModel, (name or self.name, self.ssps,
+                                         self.changelog_partition, mode, self.key_bucket,
+                                         self.partition_group))
 
 
 def _frozen_mapping(items: Iterable[tuple[str, Any]]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(sorted(items, key=lambda kv: kv[0])))
+    return MappingProxyType(dict(sorted(items, key=itemgetter(0))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +201,9 @@ class JobModel:
     version: int
     config: Mapping[str, Any]
     containers: Mapping[str, ContainerModel]
+    # Index of active tasks, built on first use (the model never changes, so it stays valid).
+    _active: tuple[dict[str, TaskModel], dict[str, str]] | None = field(
+        default=None, init=False, compare=False, repr=False)
 
     @staticmethod
     def of(
@@ -162,23 +229,27 @@ class JobModel:
         value = self.config.get("sspGrouper")
         return None if value is None else str(value)
 
+    def _index(self) -> tuple[dict[str, TaskModel], dict[str, str]]:
+        if self._active is None:
+            tasks: dict[str, TaskModel] = {}
+            owner: dict[str, str] = {}
+            active = TaskMode.ACTIVE
+            for pid, c in self.containers.items():
+                for name, t in c.tasks.items():
+                    if t.mode is active:
+                        tasks[name] = t
+                        owner[name] = pid
+            object.__setattr__(self, "_active", (tasks, owner))
+        assert self._active is not None
+        return self._active
+
     def active_owner(self) -> dict[str, str]:
-        """task name -> processor id, for every active task."""
-        return {
-            name: c.processor_id
-            for c in self.containers.values()
-            for name, t in c.tasks.items()
-            if t.mode is TaskMode.ACTIVE
-        }
+        """task name -> processor id, for every active task (a fresh dict)."""
+        return dict(self._index()[1])
 
     def active_tasks(self) -> dict[str, TaskModel]:
-        """task name -> task model, for every active task of the model."""
-        return {
-            name: t
-            for c in self.containers.values()
-            for name, t in c.tasks.items()
-            if t.mode is TaskMode.ACTIVE
-        }
+        """task name -> task model, for every active task of the model (a fresh dict)."""
+        return dict(self._index()[0])
 
     def container_of(self, processor_id: str) -> ContainerModel | None:
         """The container of ``processor_id``, or None when it is not in this model."""

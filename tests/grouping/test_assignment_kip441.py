@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grouping.assignment import AssignmentParams, assign_tasks
+from grouping.model import JobModel, TaskModel
 from tests.grouping.helpers import as_job_model, job_model, layout_of, tasks
 
 ONE_STANDBY = AssignmentParams(num_standbys=1)
@@ -38,7 +39,7 @@ def test_scaling_out_warms_up_the_new_instance_then_moves_to_it() -> None:
     assert not second.probing_rebalance_needed
 
 
-def _four_task_cluster() -> tuple[list, object]:
+def _four_task_cluster() -> tuple[list[TaskModel], JobModel]:
     ts = tasks("T1", "T2", "T3", "T4")
     initial = job_model({
         "I1": (["T1", "T4"], ["T3"]),

@@ -15,7 +15,8 @@ LOCALITY = {T1: "L1", T2: "L2", T3: "L3"}
 def test_perfect_locality_match_is_used_and_stable() -> None:
     processors = {"p1": "L1", "p2": "L2", "p3": "L3"}
     first = assign_tasks(THREE, processors, task_locality=LOCALITY)
-    expected = {"p1": ([T1], []), "p2": ([T2], []), "p3": ([T3], [])}
+    expected: dict[str, tuple[list[str], list[str]]] = {
+        "p1": ([T1], []), "p2": ([T2], []), "p3": ([T3], [])}
     assert layout_of(first) == expected
     again = assign_tasks(THREE, processors, task_locality=LOCALITY)
     assert layout_of(again) == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -65,7 +66,7 @@ world = st.fixed_dictionaries({
 
 
 @given(world)
-def test_stateless_assignment_is_balanced_sticky_and_minimal(w: dict) -> None:
+def test_stateless_assignment_is_balanced_sticky_and_minimal(w: dict[str, Any]) -> None:
     tasks = make_tasks(w["partitions"], w["factor"])
     params = AssignmentParams(balance_factor=w["balance_factor"])
     before = processors_of(w["before"], w["locations"])
@@ -91,7 +92,7 @@ def test_stateless_assignment_is_balanced_sticky_and_minimal(w: dict) -> None:
 
 
 @given(world, st.randoms(use_true_random=False))
-def test_assignment_is_deterministic_and_converges(w: dict, rnd: random.Random) -> None:
+def test_assignment_is_deterministic_and_converges(w: dict[str, Any], rnd: random.Random) -> None:
     tasks = make_tasks(w["partitions"], w["factor"])
     procs = processors_of(w["after"], w["locations"])
     stateful = {t.name for t in tasks[::2]}
@@ -125,7 +126,7 @@ def lags_from(result: AssignmentResult | JobModel, lag: int = 0) -> dict[str, di
 
 
 @given(world, st.integers(0, 2), st.integers(1, 3), st.randoms(use_true_random=False))
-def test_stateful_rules_hold(w: dict, num_standbys: int, warmups: int,
+def test_stateful_rules_hold(w: dict[str, Any], num_standbys: int, warmups: int,
                              rnd: random.Random) -> None:
     tasks = make_tasks(w["partitions"], w["factor"])
     before = processors_of(w["before"], w["locations"])

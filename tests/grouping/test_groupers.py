@@ -12,7 +12,7 @@ from grouping.groupers import (
     group_tasks,
     grouper_by_name,
 )
-from grouping.model import SystemStreamPartition as SSP
+from grouping.model import SSP
 from grouping.task_names import parse_task_name
 
 INPUTS = [SSP("SystemA", "StreamA", p) for p in (0, 1, 2)] + [
@@ -84,7 +84,8 @@ def test_known_tasks_keep_their_changelog_partition_and_new_ones_get_free_number
     # scaling up keeps each partition group's changelog partition
     split = group_tasks(g, [SSP("k", "a", 0), SSP("k", "a", 1), SSP("k", "b", 0)], 2,
                         previous_tasks=after)
-    assert {t.name: t.changelog_partition for t in split}["SystemStreamPartition [k, a, 1, 1]_2"] == 2
+    by_name = {t.name: t.changelog_partition for t in split}
+    assert by_name["SystemStreamPartition [k, a, 1, 1]_2"] == 2
 
 
 def test_task_names_parse_back() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -63,7 +64,7 @@ def test_containment_agrees_with_sub_buckets(bucket: int, f1: int, f2: int) -> N
 
 def _realistic_keys(n: int) -> list[bytes]:
     rng = random.Random(20261122)
-    kinds = [
+    kinds: list[Callable[[int], bytes]] = [
         lambda i: f"user-{i}".encode(),
         lambda i: f"order:{rng.randrange(10**9):09d}".encode(),
         lambda i: f"{rng.getrandbits(128):032x}".encode(),  # uuid-like hex

@@ -1,0 +1,114 @@
+"""Benchmark of job model generation: time, balance, and moves vs the lower bound.
+
+For 1k/10k/100k virtual tasks on 10/100/1000 processors, stateless and stateful, it times
+`generate_job_model` (grouping + assignment) for four changes from a balanced start: one
+processor lost, one added, elasticity factor doubled (4 -> 8), factor halved (16 -> 8); each
+change ends with the row's number of tasks. It prints the median
+time of several runs, the balance (max - min active tasks), and the tasks moved against the
+lower bound on moves for that change.
+
+Stateful runs: every processor reports lag 0 for the tasks it runs, so the tasks of a lost
+processor may go anywhere, while a new processor (no state yet) only gets warm-ups: its
+moves come in later probing rebalances (KIP-441), and the table shows them as warm-ups.
+
+Run: python -m bench.assignment [--quick] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from grouping.assignment import AssignmentParams
+from grouping.generation import GeneratedJobModel, generate_job_model
+from grouping.groupers import GroupByPartition
+from grouping.measures import balance, lower_bound_moves, moved_tasks
+from grouping.model import JobModel, SystemStreamPartition
+
+BASE_FACTOR = 8
+GROUPER = GroupByPartition()
+
+
+def processors(n: int, extra: int = 0) -> dict[str, str]:
+    return {f"proc-{i:05d}": f"host-{i:05d}" for i in range(n + extra)}
+
+
+def inputs(tasks: int) -> list[SystemStreamPartition]:
+    return [SystemStreamPartition("kafka", "events", p) for p in range(tasks // BASE_FACTOR)]
+
+
+def lags_of(model: JobModel) -> dict[str, dict[str, int]]:
+    return {pid: {t.name: 0 for t in c.active_tasks} for pid, c in model.containers.items()}
+
+
+def timed(fn: Callable[[], GeneratedJobModel], runs: int) -> tuple[float, GeneratedJobModel]:
+    times = []
+    result = None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    assert result is not None
+    return statistics.median(times), result
+
+
+def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int) -> list[str]:
+    """One row per change; every change ends with ``n_tasks`` tasks (F = 8 afterwards)."""
+    ssps = inputs(n_tasks)
+    procs = processors(n_procs)
+    params = AssignmentParams()
+    lost = dict(procs)
+    lost.pop(sorted(procs)[n_procs // 2])
+    changes = {  # name: (factor before, processors after)
+        "lost one": (BASE_FACTOR, lost),
+        "added one": (BASE_FACTOR, processors(n_procs, 1)),
+        "F doubled": (BASE_FACTOR // 2, procs),
+        "F halved": (BASE_FACTOR * 2, procs),
+    }
+    rows = []
+    for change, (factor_before, live) in changes.items():
+        base = generate_job_model(1, ssps, GROUPER, factor_before, procs, stateful=stateful,
+                                  params=params).job_model
+        lags = lags_of(base) if stateful else None
+
+        def run(base: JobModel = base, live: dict[str, str] = live,
+                lags: dict[str, dict[str, int]] | None = lags) -> GeneratedJobModel:
+            return generate_job_model(2, ssps, GROUPER, BASE_FACTOR, live, previous=base,
+                                      task_lags=lags, stateful=stateful, params=params)
+
+        seconds, generated = timed(run, runs)
+        model = generated.job_model
+        tasks = list(model.active_tasks().values())
+        moved = moved_tasks(base, model, BASE_FACTOR)
+        bound = lower_bound_moves(base, tasks, list(live), params.balance_factor, BASE_FACTOR)
+        warmups = len(generated.assignment.warmups)
+        ratio = "-" if bound == 0 else f"{moved / bound:.3f}"
+        rows.append(
+            f"| {len(tasks):>7} | {len(live):>5} | {'stateful' if stateful else 'stateless':9} "
+            f"| {change:9} | {seconds * 1000:9.1f} | {balance(model):>3} | {moved:>6} "
+            f"| {bound:>6} | {ratio:>5} | {warmups:>3} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only 1k and 10k tasks")
+    parser.add_argument("--runs", type=int, default=5, help="runs per measurement (median)")
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    print("| tasks   | procs | kind      | change    | median ms | bal | moved  | bound  "
+          "| ratio | wu  |")
+    print("|---------|-------|-----------|-----------|-----------|-----|--------|--------"
+          "|-------|-----|")
+    for n_tasks in sizes:
+        for n_procs in (10, 100, 1000):
+            for stateful in (False, True):
+                for row in scenario_rows(n_tasks, n_procs, stateful, args.runs):
+                    print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

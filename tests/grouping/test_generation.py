@@ -1,0 +1,44 @@
+"""Job model generation composes grouping and assignment, recording its config."""
+
+from __future__ import annotations
+
+from grouping.generation import generate_job_model
+from grouping.groupers import AllSspToSingleTask, GroupByPartition
+from grouping.measures import balance, moved_tasks
+from grouping.model import SSP
+
+INPUTS = [SSP("kafka", "orders", p) for p in range(4)]
+PROCESSORS = {"w1": "host-a", "w2": "host-b"}
+
+
+def test_generation_scales_1_2_4_2_keeping_children_with_parents() -> None:
+    previous = None
+    for version, factor in enumerate([1, 2, 4, 2], start=1):
+        generated = generate_job_model(version, INPUTS, GroupByPartition(), factor, PROCESSORS,
+                                       previous=previous)
+        model = generated.job_model
+        assert model.version == version
+        assert model.elasticity_factor == factor
+        assert model.ssp_grouper == "GroupByPartition"
+        assert sum(len(c.tasks) for c in model.containers.values()) == 4 * factor
+        assert balance(model) == 0
+        if previous is not None:
+            assert moved_tasks(previous, model) == 0
+        previous = model
+
+
+def test_all_ssp_to_single_task_pins_one_task_per_processor() -> None:
+    model = generate_job_model(1, INPUTS, AllSspToSingleTask(), 1, PROCESSORS).job_model
+    assert {pid: list(c.tasks) for pid, c in model.containers.items()} == {
+        "w1": ["Task-w1"], "w2": ["Task-w2"]}
+
+
+def test_partition_expansion_keeps_old_tasks_in_place() -> None:
+    first = generate_job_model(1, INPUTS, GroupByPartition(), 2, PROCESSORS).job_model
+    grown = [SSP("kafka", "orders", p) for p in range(8)]
+    second = generate_job_model(2, grown, GroupByPartition(), 2, PROCESSORS,
+                                previous=first).job_model
+    assert moved_tasks(first, second) == 8  # only the 8 new virtual tasks are "moved" (new)
+    old_owner = first.active_owner()
+    new_owner = second.active_owner()
+    assert all(new_owner[name] == pid for name, pid in old_owner.items())

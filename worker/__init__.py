@@ -1,0 +1,1 @@
+"""The PySpark worker runtime. Arrives with the worker issue (#6)."""
