@@ -75,7 +75,9 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int) -> list
 
         def run(base: JobModel = base, live: dict[str, str] = live,
                 lags: dict[str, dict[str, int]] | None = lags) -> GeneratedJobModel:
-            return generate_job_model(2, ssps, GROUPER, BASE_FACTOR, live, previous=base,
+            # A fresh previous model each run: no index cached by an earlier run.
+            previous = JobModel(base.version, base.config, base.containers)
+            return generate_job_model(2, ssps, GROUPER, BASE_FACTOR, live, previous=previous,
                                       task_lags=lags, stateful=stateful, params=params)
 
         seconds, generated = timed(run, runs)

@@ -252,6 +252,16 @@ class _World:
                     lin, j = (), -1
                 else:
                     lin, j = (parent,), alive.get(prev_owner[parent], -1)
+            elif prev_factor == factor << 1:  # halved: two children (the common merge)
+                c1, c2 = buckets.get(bucket), buckets.get(bucket + factor)
+                j1 = -1 if c1 is None else alive.get(prev_owner[c1], -1)
+                j2 = -1 if c2 is None else alive.get(prev_owner[c2], -1)
+                if c1 is not None and c2 is not None:
+                    lin = (c1, c2)
+                else:
+                    lin = (c1,) if c1 is not None else (c2,) if c2 is not None else ()
+                # most children, ties to the smaller index (= smaller processor id)
+                j = j1 if j2 < 0 or j1 == j2 else j2 if j1 < 0 else min(j1, j2)
             else:  # merge: the processor holding most children (ties: smallest id)
                 children = [buckets[c] for c in range(bucket, prev_factor, factor)
                             if c in buckets]
@@ -298,32 +308,48 @@ class _World:
 
     def _lags(self, task_lags: Mapping[str, Mapping[str, int]]) -> list[dict[int, int]]:
         """Per stateful task, processor -> known lag (following lineage across splits)."""
-        by_name: dict[str, dict[int, int]] = {}
+        # Most tasks are reported by one processor (its active or only copy): keep those in
+        # two flat dicts and build per-task dicts only for tasks of this model.
+        one_j: dict[str, int] = {}
+        one_lag: dict[str, int] = {}
+        many: dict[str, dict[int, int]] = {}
         for pid in sorted(task_lags):
             j = self.pid_index.get(pid)
             if j is None:
                 continue
             for name, lag in task_lags[pid].items():
-                entry = by_name.get(name)
-                if entry is None:
-                    entry = by_name[name] = {}
-                entry[j] = lag if lag > 0 else 0
-        result: list[dict[int, int]] = []
+                lag = lag if lag > 0 else 0
+                if name in many:
+                    many[name][j] = lag
+                elif name in one_j:
+                    many[name] = {one_j.pop(name): one_lag.pop(name), j: lag}
+                else:
+                    one_j[name] = j
+                    one_lag[name] = lag
         empty: dict[int, int] = {}
-        names, is_stateful = self.names, self.is_stateful
+
+        def of(name: str) -> dict[int, int] | None:
+            found = many.get(name)
+            if found is not None:
+                return found
+            j = one_j.get(name)
+            return None if j is None else {j: one_lag[name]}
+
+        result: list[dict[int, int]] = []
+        names, is_stateful, lineage = self.names, self.is_stateful, self.lineage
         for u in range(self.n):
             if not is_stateful[u]:
                 result.append(empty)
                 continue
-            direct = by_name.get(names[u])
+            direct = of(names[u])
             if direct is not None:
                 result.append(direct)
                 continue
-            lin = self.lineage[u]
+            lin = lineage[u]
             if len(lin) == 1:  # a split child: its parent's state is its state
-                result.append(by_name.get(lin[0], empty))
+                result.append(of(lin[0]) or empty)
                 continue
-            maps = [by_name.get(name) for name in lin]
+            maps = [of(name) for name in lin]
             if not maps or None in maps:
                 result.append(empty)
                 continue
@@ -720,12 +746,18 @@ class _Placer:
 
     def _augment(self, k: int, good: tuple[int, ...]) -> int:
         """Free a slot on a caught-up processor of unit k by moving one of its units to a
-        processor caught up on that unit which has room. Returns the freed processor or -1."""
+        processor caught up on that unit which has room. Returns the freed processor or -1.
+
+        Bounded: at most ``_AUGMENT_SCAN`` units per processor, newest first (units placed
+        after the sticky ones), and ``aug_budget`` units per assignment."""
         w, slots = self.w, self.slots
+        if self.aug_budget <= 0:
+            return -1
         for p in sorted(good, key=lambda q: (slots.load[q], q)):
             if not self._eligible(k, p):
                 continue
-            for v in sorted(self.on_proc[p], key=lambda v: (self.sticky[v] == p, v)):
+            units = self.on_proc[p]
+            for v in units[: -_AUGMENT_SCAN - 1 : -1]:
                 if self.aug_budget <= 0:
                     return -1
                 self.aug_budget -= 1
@@ -738,6 +770,10 @@ class _Placer:
                     self._move(v, p, q)
                     return p
         return -1
+
+
+#: Units examined per processor when freeing a caught-up slot (see _Placer._augment).
+_AUGMENT_SCAN = 256
 
 
 # --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 from grouping.assignment import AssignmentParams, AssignmentResult, assign_tasks
 from grouping.groupers import AllSspToSingleTask, SspGrouper, group_tasks
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR
+from grouping.lineage import PreviousAssignment
 from grouping.model import ContainerModel, JobModel, SystemStreamPartition, TaskModel
 
 
@@ -74,11 +75,11 @@ def _same_tasks(
         return None
     if isinstance(grouper, AllSspToSingleTask):
         return None  # its tasks follow the processors, not the inputs
-    tasks = list(previous.active_tasks().values())
-    grouped = {s for t in tasks for s in t.partition_group}
+    index = PreviousAssignment.of(previous)
+    grouped = {s for group in index.by_group for s in group}
     if grouped != {s.whole() for s in inputs}:
         return None
-    return sorted(tasks, key=lambda t: t.name)
+    return sorted(index.tasks.values(), key=lambda t: t.name)
 
 
 def _generate(
@@ -98,11 +99,10 @@ def _generate(
     inputs = list(inputs)
     tasks = _same_tasks(previous, inputs, grouper, elasticity_factor) if previous else None
     if tasks is None:
-        previous_tasks = list(previous.active_tasks().values()) if previous is not None else []
         tasks = group_tasks(
             grouper, inputs, elasticity_factor,
             processor_ids=sorted(processors),
-            previous_tasks=previous_tasks,
+            previous=previous,
             max_elasticity_factor=max_elasticity_factor,
         )
     names = {t.name for t in tasks}

@@ -20,7 +20,8 @@ from typing import ClassVar, NamedTuple, Protocol
 
 from grouping.errors import UnsupportedGrouperConfiguration
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
-from grouping.model import WHOLE_PARTITION, SystemStreamPartition, TaskMode, TaskModel
+from grouping.lineage import PreviousAssignment
+from grouping.model import WHOLE_PARTITION, JobModel, SystemStreamPartition, TaskMode, TaskModel
 from grouping.task_names import partition_task_name, ssp_task_name
 
 PartitionGroup = tuple[SystemStreamPartition, ...]
@@ -156,29 +157,25 @@ def group_tasks(
     elasticity_factor: int,
     *,
     processor_ids: Sequence[str] = (),
-    previous_tasks: Iterable[TaskModel] = (),
+    previous: JobModel | None = None,
     max_elasticity_factor: int = DEFAULT_MAX_ELASTICITY_FACTOR,
 ) -> list[TaskModel]:
     """Group ``ssps`` into active task models with settled changelog partitions.
 
-    ``previous_tasks`` are the active tasks of the previous job model: their changelog
-    partitions are kept (by task name, then by partition group).
+    Tasks of the ``previous`` job model keep their changelog partitions (by task name, then
+    by partition group).
     """
     validate_elasticity_factor(elasticity_factor, max_elasticity_factor)
     specs = grouper.group(ssps, elasticity_factor, processor_ids)
-    by_name: dict[str, int] = {}
-    by_group: dict[PartitionGroup, int] = {}
-    for task in previous_tasks:
-        if task.changelog_partition >= 0:
-            by_name[task.name] = task.changelog_partition
-            known = by_group.get(task.partition_group)
-            if known is None or task.changelog_partition < known:
-                by_group[task.partition_group] = task.changelog_partition
+    index = PreviousAssignment.of(previous)
+    previous_tasks, by_group = index.tasks, index.changelog_by_group
     chosen: list[int | None] = []
     for spec in specs:
         found = by_group.get(spec.group)
-        if found is None:
-            found = next((by_name[n] for n, _ in spec.tasks if n in by_name), None)
+        if found is None and previous_tasks:
+            found = next((previous_tasks[n].changelog_partition for n, _ in spec.tasks
+                          if n in previous_tasks and previous_tasks[n].changelog_partition >= 0),
+                         None)
         chosen.append(found)
     used = {c for c in chosen if c is not None}
     for i, spec in enumerate(specs):
@@ -190,7 +187,6 @@ def group_tasks(
     # The hot loop of job model generation (100k tasks): tuples built directly.
     make = tuple.__new__
     ssp_type, task_type, active = SystemStreamPartition, TaskModel, TaskMode.ACTIVE
-    changelog_of = by_name.get
     tasks: list[TaskModel] = []
     append = tasks.append
     for spec, settled in zip(specs, chosen, strict=True):
@@ -208,6 +204,6 @@ def group_tasks(
                 task_ssps = (make(ssp_type, (single[0], single[1], single[2], bucket)),)
             else:
                 task_ssps = tuple(make(ssp_type, (g[0], g[1], g[2], bucket)) for g in group)
-            append(make(task_type, (name, task_ssps, changelog_of(name, changelog), active, bucket,
+            append(make(task_type, (name, task_ssps, changelog, active, bucket,
                                     group)))
     return tasks

@@ -17,9 +17,11 @@ PartitionGroup = tuple[object, ...]
 
 
 class PreviousAssignment:
-    """The parts of a previous job model the assignment needs, indexed for lookups."""
+    """The parts of a previous job model that grouping and assignment need, indexed once
+    (one pass over the model, memoised on it)."""
 
-    __slots__ = ("_by_group", "_tasks", "factor", "owner", "standby_holders")
+    __slots__ = ("by_group", "changelog_by_group", "factor", "owner", "standby_holders",
+                 "tasks")
 
     def __init__(
         self,
@@ -27,43 +29,31 @@ class PreviousAssignment:
         owner: Mapping[str, str] | None = None,
         standby_holders: Mapping[str, tuple[str, ...]] | None = None,
         tasks: Mapping[str, TaskModel] | None = None,
+        by_group: Mapping[PartitionGroup, Mapping[int, str]] | None = None,
+        changelog_by_group: Mapping[PartitionGroup, int] | None = None,
     ) -> None:
         self.factor = factor
+        #: active task name -> processor id
         self.owner: Mapping[str, str] = owner or {}
+        #: active task name -> processors holding a standby copy
         self.standby_holders: Mapping[str, tuple[str, ...]] = standby_holders or {}
-        self._tasks: Mapping[str, TaskModel] = tasks or {}
-        self._by_group: dict[PartitionGroup, dict[int, str]] | None = None
+        #: active task name -> task model
+        self.tasks: Mapping[str, TaskModel] = tasks or {}
+        #: partition group -> key bucket -> active task name
+        self.by_group: Mapping[PartitionGroup, Mapping[int, str]] = by_group or {}
+        #: partition group -> the (smallest) changelog partition its tasks used
+        self.changelog_by_group: Mapping[PartitionGroup, int] = changelog_by_group or {}
 
     @staticmethod
     def of(previous: JobModel | None) -> PreviousAssignment:
         """Index ``previous`` (None: no history)."""
         if previous is None:
             return PreviousAssignment()
-        tasks, owner = previous._index()
-        holders: dict[str, list[str]] = {}
-        for pid, container in previous.containers.items():
-            for name, task in container.tasks.items():
-                if task.mode is TaskMode.STANDBY:
-                    parsed = parse_standby_task_name(name)
-                    if parsed is not None:
-                        holders.setdefault(parsed[0], []).append(pid)
-        factor = previous.config.get("elasticityFactor")
-        return PreviousAssignment(
-            int(factor) if factor is not None else elasticity_factor_of(tasks.values()),
-            owner,
-            {k: tuple(sorted(set(v))) for k, v in holders.items()},
-            tasks,
-        )
+        return previous.memo("previous-assignment", _index)
 
     def buckets_of(self, group: PartitionGroup) -> Mapping[int, str]:
         """Previous active tasks of one partition group: key bucket -> task name."""
-        # Built on first need: when every task keeps its name, no lineage lookup happens.
-        if self._by_group is None:
-            by_group: dict[PartitionGroup, dict[int, str]] = {}
-            for name, t in self._tasks.items():
-                by_group.setdefault(t.partition_group, {})[max(t.key_bucket, 0)] = name
-            self._by_group = by_group
-        return self._by_group.get(group, {})
+        return self.by_group.get(group, {})
 
     def lineage_in(self, buckets: Mapping[int, str], bucket: int, factor: int) -> tuple[str, ...]:
         """Previous tasks (of one group's ``buckets``) overlapping ``bucket`` under ``factor``."""
@@ -99,3 +89,37 @@ class PreviousAssignment:
             return next(iter(counts), None)
         top = max(counts.values())
         return min(pid for pid, c in counts.items() if c == top)
+
+
+def _index(previous: JobModel) -> PreviousAssignment:
+    owner: dict[str, str] = {}
+    tasks: dict[str, TaskModel] = {}
+    holders: dict[str, list[str]] = {}
+    by_group: dict[PartitionGroup, dict[int, str]] = {}
+    changelog: dict[PartitionGroup, int] = {}
+    active = TaskMode.ACTIVE
+    for pid, container in previous.containers.items():
+        for name, task in container.tasks.items():
+            if task.mode is active:
+                owner[name] = pid
+                tasks[name] = task
+                group = task.partition_group
+                buckets = by_group.get(group)
+                if buckets is None:
+                    buckets = by_group[group] = {}
+                    if task.changelog_partition >= 0:
+                        changelog[group] = task.changelog_partition
+                buckets[task.key_bucket if task.key_bucket > 0 else 0] = name
+            else:
+                parsed = parse_standby_task_name(name)
+                if parsed is not None:
+                    holders.setdefault(parsed[0], []).append(pid)
+    factor = previous.config.get("elasticityFactor")
+    return PreviousAssignment(
+        int(factor) if factor is not None else elasticity_factor_of(tasks.values()),
+        owner,
+        {k: tuple(sorted(set(v))) for k, v in holders.items()},
+        tasks,
+        by_group,
+        changelog,
+    )

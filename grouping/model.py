@@ -6,13 +6,15 @@ key order, so iteration order is deterministic and equal to sorted order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
+
+T = TypeVar("T")
 
 #: Key bucket value meaning "the whole partition" (Samza's convention).
 WHOLE_PARTITION = -1
@@ -201,9 +203,9 @@ class JobModel:
     version: int
     config: Mapping[str, Any]
     containers: Mapping[str, ContainerModel]
-    # Index of active tasks, built on first use (the model never changes, so it stays valid).
-    _active: tuple[dict[str, TaskModel], dict[str, str]] | None = field(
-        default=None, init=False, compare=False, repr=False)
+    # Derived indexes, built on first use by the modules that need them; the model never
+    # changes, so they stay valid (see memo()).
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @staticmethod
     def of(
@@ -229,27 +231,34 @@ class JobModel:
         value = self.config.get("sspGrouper")
         return None if value is None else str(value)
 
-    def _index(self) -> tuple[dict[str, TaskModel], dict[str, str]]:
-        if self._active is None:
+    def memo(self, key: str, build: Callable[[JobModel], T]) -> T:
+        """``build(self)``, computed once per model and kept (the model is immutable)."""
+        if key not in self._memo:
+            self._memo[key] = build(self)
+        value: T = self._memo[key]
+        return value
+
+    def _active_index(self) -> tuple[dict[str, TaskModel], dict[str, str]]:
+        def build(model: JobModel) -> tuple[dict[str, TaskModel], dict[str, str]]:
             tasks: dict[str, TaskModel] = {}
             owner: dict[str, str] = {}
             active = TaskMode.ACTIVE
-            for pid, c in self.containers.items():
+            for pid, c in model.containers.items():
                 for name, t in c.tasks.items():
                     if t.mode is active:
                         tasks[name] = t
                         owner[name] = pid
-            object.__setattr__(self, "_active", (tasks, owner))
-        assert self._active is not None
-        return self._active
+            return tasks, owner
+
+        return self.memo("active", build)
 
     def active_owner(self) -> dict[str, str]:
         """task name -> processor id, for every active task (a fresh dict)."""
-        return dict(self._index()[1])
+        return dict(self._active_index()[1])
 
     def active_tasks(self) -> dict[str, TaskModel]:
         """task name -> task model, for every active task of the model (a fresh dict)."""
-        return dict(self._index()[0])
+        return dict(self._active_index()[0])
 
     def container_of(self, processor_id: str) -> ContainerModel | None:
         """The container of ``processor_id``, or None when it is not in this model."""

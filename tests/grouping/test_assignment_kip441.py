@@ -89,3 +89,36 @@ def test_scaling_in_with_lagging_standbys_keeps_load_on_the_caught_up_instance()
         "I3": (["T3", "T4"], ["T1", "T2"]),
     }
     assert not second.probing_rebalance_needed
+
+
+def test_standbys_prefer_another_location_than_the_active() -> None:
+    ts = tasks("T1", "T2", "T3", "T4")
+    processors = {"a1": "rack-a", "a2": "rack-a", "b1": "rack-b", "b2": "rack-b"}
+    result = assign_tasks(ts, processors, stateful={t.name for t in ts}, params=ONE_STANDBY)
+    layout = layout_of(result)
+    location_of_active = {name: processors[pid] for pid, (actives, _) in layout.items()
+                          for name in actives}
+    for pid, (_, standbys) in layout.items():
+        for name in standbys:
+            assert processors[pid] != location_of_active[name], (name, pid)
+
+
+def test_no_caught_up_processor_means_the_most_caught_up_one_runs_the_active() -> None:
+    ts = tasks("T1")
+    lags = {"I1": {"T1": 90_000}, "I2": {"T1": 40_000}}
+    result = assign_tasks(ts, {"I1": "h1", "I2": "h2", "I3": "h3"}, task_lags=lags,
+                          stateful={"T1"})
+    assert layout_of(result)["I2"][0] == ["T1"]
+
+
+def test_warmups_are_limited_by_max_warmup_replicas() -> None:
+    ts = tasks(*(f"T{i}" for i in range(8)))
+    everything_on_i1 = {"I1": {t.name: 0 for t in ts}}
+    previous = job_model({"I1": ([t.name for t in ts], [])}, ts)
+    result = assign_tasks(ts, {"I1": "h1", "I2": "h2", "I3": "h3"}, previous=previous,
+                          task_lags=everything_on_i1, stateful={t.name for t in ts},
+                          params=AssignmentParams(max_warmup_replicas=3))
+    assert layout_of(result)["I1"][0] == sorted(t.name for t in ts)  # nothing else caught up
+    assert len(result.warmups) == 3
+    assert result.probing_rebalance_needed
+    assert len(result.movements) > 3  # more moves wanted than warm-ups allowed at once

@@ -12,8 +12,12 @@ from grouping.groupers import (
     group_tasks,
     grouper_by_name,
 )
-from grouping.model import SSP
+from grouping.model import SSP, ContainerModel, JobModel, TaskModel
 from grouping.task_names import parse_task_name
+
+def as_model(tasks: list[TaskModel]) -> JobModel:
+    return JobModel.of(1, {}, [ContainerModel.of("p1", "host", tasks)])
+
 
 INPUTS = [SSP("SystemA", "StreamA", p) for p in (0, 1, 2)] + [
     SSP("SystemA", "StreamB", p) for p in (1, 2, 0)
@@ -76,14 +80,14 @@ def test_known_tasks_keep_their_changelog_partition_and_new_ones_get_free_number
     before = group_tasks(g, [SSP("k", "a", 0), SSP("k", "b", 0)], 1)
     assert [t.changelog_partition for t in before] == [0, 1]
     after = group_tasks(g, [SSP("k", "a", 0), SSP("k", "a", 1), SSP("k", "b", 0)], 1,
-                        previous_tasks=before)
+                        previous=as_model(before))
     by_name = {t.name: t.changelog_partition for t in after}
     assert by_name["SystemStreamPartition [k, a, 0]"] == 0
     assert by_name["SystemStreamPartition [k, b, 0]"] == 1
     assert by_name["SystemStreamPartition [k, a, 1]"] == 2
     # scaling up keeps each partition group's changelog partition
     split = group_tasks(g, [SSP("k", "a", 0), SSP("k", "a", 1), SSP("k", "b", 0)], 2,
-                        previous_tasks=after)
+                        previous=as_model(after))
     by_name = {t.name: t.changelog_partition for t in split}
     assert by_name["SystemStreamPartition [k, a, 1, 1]_2"] == 2
 

@@ -1,0 +1,1 @@
+"""Checkpoint stores: where per-key-bucket checkpoint entries are kept."""

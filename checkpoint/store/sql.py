@@ -1,0 +1,294 @@
+"""Checkpoint store on SQL (SQLite or PostgreSQL) via SQLAlchemy Core.
+
+``checkpoint_entries`` keeps one row per key space (partition, factor, bucket) with the
+next offset to read, the checkpoint id, job model version and processor of the last commit
+that moved it. A commit is one transaction of monotonic upserts (an offset never moves
+backwards). ``task_checkpoints`` keeps the v2 part of each task's last checkpoint (id and
+state checkpoint markers); ``partition_resets`` the reset policy an operator set for a
+partition whose entries were cleared.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Double,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
+
+from checkpoint.errors import CheckpointError
+from checkpoint.model import BucketKey, ResetPolicy
+from checkpoint.resolution import dominated
+from grouping.model import SystemStreamPartition
+
+T = TypeVar("T")
+
+metadata = MetaData()
+
+checkpoint_entries = Table(
+    "checkpoint_entries",
+    metadata,
+    Column("system", String(255), primary_key=True),
+    Column("stream", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("factor", Integer, primary_key=True),
+    Column("bucket", Integer, primary_key=True),
+    Column("offset", BigInteger, nullable=False),
+    Column("checkpoint_id", String(64)),
+    Column("job_model_version", BigInteger, nullable=False),
+    Column("processor_id", String(255), nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+task_checkpoints = Table(
+    "task_checkpoints",
+    metadata,
+    Column("task_name", String(512), primary_key=True),
+    Column("checkpoint_id", String(64)),
+    Column("state_checkpoint_markers", Text, nullable=False),
+    Column("job_model_version", BigInteger, nullable=False),
+    Column("processor_id", String(255), nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+partition_resets = Table(
+    "partition_resets",
+    metadata,
+    Column("system", String(255), primary_key=True),
+    Column("stream", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("policy", String(16), nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+
+class CheckpointStoreUnavailable(CheckpointError):
+    """The checkpoint database cannot be reached."""
+
+    code = "store_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCheckpointMeta:
+    """The v2 part of a task's checkpoint: its id and state checkpoint markers."""
+
+    checkpoint_id: str | None
+    state_checkpoint_markers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """How many entries a commit moved forward (the rest were already at or past it)."""
+
+    advanced: int
+    unchanged: int
+
+
+class SqlCheckpointStore:
+    """Per-key-bucket checkpoint entries with monotonic commits."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+
+    def read_entries(self, partitions: Iterable[SystemStreamPartition]) -> dict[BucketKey, int]:
+        """Every stored entry of the given (whole) partitions."""
+        keys = [BucketKey(p.whole(), 1, 0) for p in partitions]
+        if not keys:
+            return {}
+        with self._connect() as conn:
+            return self._offsets(conn, keys)
+
+    def read_resets(
+        self, partitions: Iterable[SystemStreamPartition]
+    ) -> dict[SystemStreamPartition, ResetPolicy]:
+        """Reset policies operators set for the given partitions."""
+        wanted = {p.whole() for p in partitions}
+        if not wanted:
+            return {}
+        t = partition_resets
+        with self._connect() as conn:
+            rows = conn.execute(select(t.c.system, t.c.stream, t.c.partition, t.c.policy))
+            found = {SystemStreamPartition(r.system, r.stream, r.partition): ResetPolicy(r.policy)
+                     for r in rows}
+        return {p: policy for p, policy in found.items() if p in wanted}
+
+    def read_task_meta(self, task_names: Iterable[str]) -> dict[str, TaskCheckpointMeta]:
+        """The v2 metadata of the last checkpoint of each named task that has one."""
+        names = sorted(set(task_names))
+        if not names:
+            return {}
+        t = task_checkpoints
+        out: dict[str, TaskCheckpointMeta] = {}
+        with self._connect() as conn:
+            for chunk in _chunks(names, 500):
+                for r in conn.execute(select(t.c.task_name, t.c.checkpoint_id,
+                                             t.c.state_checkpoint_markers)
+                                      .where(t.c.task_name.in_(chunk))):
+                    out[r.task_name] = TaskCheckpointMeta(
+                        r.checkpoint_id, json.loads(r.state_checkpoint_markers))
+        return out
+
+    def commit(
+        self,
+        entries: Mapping[BucketKey, int],
+        task_meta: Mapping[str, TaskCheckpointMeta],
+        *,
+        job_model_version: int,
+        processor_id: str,
+        checkpoint_ids: Mapping[BucketKey, str | None] | None = None,
+    ) -> CommitResult:
+        """Write a commit in one transaction; an entry only ever moves forward."""
+        now = time.time()
+        rows = [
+            {"system": k.ssp.system, "stream": k.ssp.stream, "partition": k.ssp.partition,
+             "factor": k.factor, "bucket": k.bucket, "offset": o,
+             "checkpoint_id": (checkpoint_ids or {}).get(k), "job_model_version":
+             job_model_version, "processor_id": processor_id, "updated_at": now}
+            for k, o in sorted(entries.items())
+        ]
+        meta_rows = [
+            {"task_name": name, "checkpoint_id": m.checkpoint_id,
+             "state_checkpoint_markers": json.dumps(
+                 {b: dict(s) for b, s in m.state_checkpoint_markers.items()}, sort_keys=True),
+             "job_model_version": job_model_version, "processor_id": processor_id,
+             "updated_at": now}
+            for name, m in sorted(task_meta.items())
+        ]
+        with self._begin() as conn:
+            advanced = 0
+            if rows:
+                before = self._offsets(conn, entries)
+                t = checkpoint_entries
+                stmt = self._insert(t)
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=[t.c.system, t.c.stream, t.c.partition, t.c.factor,
+                                    t.c.bucket],
+                    set_={c: stmt.excluded[c] for c in (
+                        "offset", "checkpoint_id", "job_model_version", "processor_id",
+                        "updated_at")},
+                    where=t.c.offset < stmt.excluded.offset,
+                )
+                conn.execute(stmt, rows)
+                advanced = sum(1 for k, o in entries.items() if o > before.get(k, -1))
+            if meta_rows:
+                t2 = task_checkpoints
+                stmt2 = self._insert(t2)
+                stmt2 = stmt2.on_conflict_do_update(
+                    index_elements=[t2.c.task_name],
+                    set_={c: stmt2.excluded[c] for c in (
+                        "checkpoint_id", "state_checkpoint_markers", "job_model_version",
+                        "processor_id", "updated_at")},
+                )
+                conn.execute(stmt2, meta_rows)
+        return CommitResult(advanced, len(entries) - advanced)
+
+    def reset(self, partition: SystemStreamPartition, offset: int | ResetPolicy) -> None:
+        """Forget every entry of ``partition`` and start it at ``offset`` (admin only:
+        the one way an offset moves backwards)."""
+        p = partition.whole()
+        t, r = checkpoint_entries, partition_resets
+        where = and_(t.c.system == p.system, t.c.stream == p.stream, t.c.partition == p.partition)
+        now = time.time()
+        with self._begin() as conn:
+            conn.execute(delete(t).where(where))
+            conn.execute(delete(r).where(and_(r.c.system == p.system, r.c.stream == p.stream,
+                                              r.c.partition == p.partition)))
+            if isinstance(offset, ResetPolicy):
+                conn.execute(r.insert().values(system=p.system, stream=p.stream,
+                                               partition=p.partition, policy=offset.value,
+                                               updated_at=now))
+            else:
+                conn.execute(t.insert().values(
+                    system=p.system, stream=p.stream, partition=p.partition, factor=1,
+                    bucket=0, offset=offset, checkpoint_id=None, job_model_version=0,
+                    processor_id="admin-reset", updated_at=now))
+
+    def collect_garbage(self, partitions: Iterable[SystemStreamPartition]) -> int:
+        """Delete dominated entries of the given partitions; returns how many."""
+        entries = self.read_entries(partitions)
+        doomed = dominated(entries)
+        if not doomed:
+            return 0
+        t = checkpoint_entries
+        with self._begin() as conn:
+            for k in doomed:
+                # Only while it still has the offset we judged: a concurrent commit may have
+                # moved it, and then it may no longer be dominated.
+                conn.execute(delete(t).where(and_(
+                    t.c.system == k.ssp.system, t.c.stream == k.ssp.stream,
+                    t.c.partition == k.ssp.partition, t.c.factor == k.factor,
+                    t.c.bucket == k.bucket, t.c.offset == entries[k])))
+        return len(doomed)
+
+    def ping(self) -> None:
+        """Raise if the database is unreachable."""
+        with self._connect() as conn:
+            conn.execute(select(1))
+
+    # -- helpers
+
+    def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
+        if self._dialect == "postgresql":
+            return postgresql.insert(table)
+        if self._dialect == "sqlite":
+            return sqlite.insert(table)
+        raise CheckpointError(f"unsupported database dialect {self._dialect!r}")
+
+    def _offsets(self, conn: Connection, keys: Iterable[BucketKey]) -> dict[BucketKey, int]:
+        """Current offsets of the partitions touched (a partition has few entries)."""
+        t = checkpoint_entries
+        partitions = sorted({k.ssp for k in keys})
+        out: dict[BucketKey, int] = {}
+        for chunk in _chunks(partitions, 500):
+            rows = conn.execute(
+                select(t.c.system, t.c.stream, t.c.partition, t.c.factor, t.c.bucket,
+                       t.c.offset)
+                .where(tuple_(t.c.system, t.c.stream, t.c.partition).in_(
+                    [(p.system, p.stream, p.partition) for p in chunk])))
+            for r in rows:
+                key = BucketKey(SystemStreamPartition(r.system, r.stream, r.partition),
+                                r.factor, r.bucket)
+                out[key] = int(r.offset)
+        return out
+
+    @contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        try:
+            with self._engine.connect() as conn:
+                yield conn
+        except OperationalError as e:
+            raise CheckpointStoreUnavailable(f"checkpoint store unreachable: {e.orig}") from e
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except OperationalError as e:
+            raise CheckpointStoreUnavailable(f"checkpoint store unreachable: {e.orig}") from e
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

@@ -1,0 +1,1 @@
+"""Persistence of coordinator metadata: the MetadataStore protocol and its implementations."""

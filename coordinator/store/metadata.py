@@ -1,0 +1,60 @@
+"""The MetadataStore protocol: a small namespaced, versioned key-value store.
+
+It holds processor and task locality, job models by version, barrier state and the desired
+config. Every value carries a version that increases on each write, which makes
+compare-and-set possible (the job-model version counter relies on it). Implementations: SQL
+(embedded default, here), ZooKeeper and a Kafka coordinator stream (their own issues).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    """A stored value and its version (1 for the first write of a key)."""
+
+    value: bytes
+    version: int
+
+
+class MetadataStore(Protocol):
+    """Namespaced get, put, delete, list and compare-and-set; each call is atomic."""
+
+    def get(self, namespace: str, key: str) -> Versioned | None:
+        """The value of ``key``, or None."""
+        ...
+
+    def put(self, namespace: str, key: str, value: bytes) -> int:
+        """Write ``value``; return the new version."""
+        ...
+
+    def put_many(self, namespace: str, values: Mapping[str, bytes]) -> None:
+        """Write several keys of one namespace in one transaction."""
+        ...
+
+    def delete(self, namespace: str, key: str) -> bool:
+        """Remove ``key``; True if it existed."""
+        ...
+
+    def list(self, namespace: str) -> dict[str, Versioned]:
+        """Every key of ``namespace`` with its value."""
+        ...
+
+    def compare_and_set(
+        self, namespace: str, key: str, value: bytes, expected_version: int | None
+    ) -> int | None:
+        """Write ``value`` only if the key's version is ``expected_version`` (None: the key
+        must not exist). Returns the new version, or None when the check failed."""
+        ...
+
+    def ping(self) -> None:
+        """Raise if the store is unreachable."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,154 @@
+"""MetadataStore on SQL (SQLite by default, PostgreSQL by URL), via SQLAlchemy Core.
+
+One table, ``metadata_entries`` (namespace, key) -> (value, version, updated_at). Writes are
+single statements or one transaction each, so a failed call writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Double,
+    Engine,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    and_,
+    delete,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from coordinator.errors import StoreUnavailable
+from coordinator.store.metadata import Versioned
+
+metadata = MetaData()
+
+metadata_entries = Table(
+    "metadata_entries",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("key", String(512), primary_key=True),
+    Column("value", LargeBinary, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+
+class SqlMetadataStore:
+    """A :class:`~coordinator.store.metadata.MetadataStore` over one SQLAlchemy engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def get(self, namespace: str, key: str) -> Versioned | None:
+        """The value of ``key``, or None."""
+        t = metadata_entries
+        with self._connect() as conn:
+            row = conn.execute(
+                select(t.c.value, t.c.version).where(
+                    and_(t.c.namespace == namespace, t.c.key == key))
+            ).first()
+        return None if row is None else Versioned(bytes(row.value), int(row.version))
+
+    def put(self, namespace: str, key: str, value: bytes) -> int:
+        """Write ``value``; return the new version."""
+        with self._begin() as conn:
+            return _upsert(conn, namespace, key, value, time.time())
+
+    def put_many(self, namespace: str, values: Mapping[str, bytes]) -> None:
+        """Write several keys of one namespace in one transaction."""
+        if not values:
+            return
+        now = time.time()
+        with self._begin() as conn:
+            for key in sorted(values):  # one lock order for every writer: no deadlocks
+                _upsert(conn, namespace, key, values[key], now)
+
+    def delete(self, namespace: str, key: str) -> bool:
+        """Remove ``key``; True if it existed."""
+        t = metadata_entries
+        with self._begin() as conn:
+            result = conn.execute(
+                delete(t).where(and_(t.c.namespace == namespace, t.c.key == key)))
+            return bool(result.rowcount)
+
+    def list(self, namespace: str) -> dict[str, Versioned]:
+        """Every key of ``namespace`` with its value, in key order."""
+        t = metadata_entries
+        with self._connect() as conn:
+            rows = conn.execute(
+                select(t.c.key, t.c.value, t.c.version)
+                .where(t.c.namespace == namespace).order_by(t.c.key)
+            )
+            return {row.key: Versioned(bytes(row.value), int(row.version)) for row in rows}
+
+    def compare_and_set(
+        self, namespace: str, key: str, value: bytes, expected_version: int | None
+    ) -> int | None:
+        """Write only if the key is at ``expected_version`` (None: absent); new version or None."""
+        t = metadata_entries
+        try:
+            with self._begin() as conn:
+                if expected_version is None:
+                    conn.execute(insert(t).values(namespace=namespace, key=key, value=value,
+                                                  version=1, updated_at=time.time()))
+                    return 1
+                result = conn.execute(
+                    update(t).where(and_(t.c.namespace == namespace, t.c.key == key,
+                                         t.c.version == expected_version))
+                    .values(value=value, version=expected_version + 1, updated_at=time.time()))
+                return expected_version + 1 if result.rowcount == 1 else None
+        except IntegrityError:
+            return None
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable if the database cannot be reached."""
+        with self._connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def close(self) -> None:
+        """Dispose of the engine's connections."""
+        self._engine.dispose()
+
+    def _connect(self) -> AbstractContextManager[Connection]:
+        return _guarded(self._engine, begin=False)
+
+    def _begin(self) -> AbstractContextManager[Connection]:
+        return _guarded(self._engine, begin=True)
+
+
+def _upsert(conn: Connection, namespace: str, key: str, value: bytes, now: float) -> int:
+    """Bump the version in place (atomic under concurrency), or insert version 1."""
+    t = metadata_entries
+    where = and_(t.c.namespace == namespace, t.c.key == key)
+    bumped = conn.execute(
+        update(t).where(where).values(value=value, version=t.c.version + 1, updated_at=now)
+        .returning(t.c.version)
+    ).scalar()
+    if bumped is not None:
+        return int(bumped)
+    conn.execute(insert(t).values(namespace=namespace, key=key, value=value, version=1,
+                                  updated_at=now))
+    return 1
+
+
+@contextmanager
+def _guarded(engine: Engine, begin: bool) -> Iterator[Connection]:
+    """A connection (in a transaction when ``begin``) whose connection failures surface as
+    StoreUnavailable, so the API can answer 503 instead of 500."""
+    try:
+        with engine.begin() if begin else engine.connect() as conn:
+            yield conn
+    except OperationalError as e:
+        raise StoreUnavailable(f"store unreachable: {e.orig}") from e
