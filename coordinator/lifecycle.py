@@ -1,0 +1,543 @@
+"""The job-model lifecycle: membership, rebalances, versions, barriers, fencing.
+
+State diagram of a version V::
+
+    (trigger) --debounce--> GENERATE --publish(CAS)--> V pending --all acked--> V done
+                                                        |                       (active)
+                                                        +--barrier timeout--> V timedOut
+                                                                |
+                                                                +--> regenerate without
+                                                                     the silent processors
+
+Triggers: a processor joins, leaves or its lease expires (trailing-edge debounce), ``/scale``
+(immediate), a changed input partition set, the probing-rebalance timer (only while the
+assignment asks for it), and a barrier timeout. Only the leader acts; every publication is
+a compare-and-set on the version pointer, so versions only go up and a deposed leader's
+attempt is refused.
+
+All state changes run on the event loop under one lock; store I/O and job-model generation
+run in worker threads so that long polls and heartbeats keep being served meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from checkpoint.model import ResetPolicy
+from coordinator.barrier import Barrier, BarrierRepository, BarrierState
+from coordinator.clock import Clock
+from coordinator.errors import (
+    Fenced,
+    NotAParticipant,
+    NotLeader,
+    UnknownJobModelVersion,
+)
+from coordinator.job_models import JobModelRepository
+from coordinator.leader import LeaderRole
+from coordinator.locality import DesiredConfig, TaskLocality
+from coordinator.membership import Membership, ProcessorLease
+from coordinator.scheduler import Scheduler
+from coordinator.store.metadata import MetadataStore
+from grouping.assignment import AssignmentParams
+from grouping.generation import generate_job_model
+from grouping.groupers import grouper_by_name
+from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
+from grouping.model import JobModel, SystemStreamPartition
+
+log = logging.getLogger("coxswain.coordinator")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """Everything the lifecycle is configured with (times in seconds)."""
+
+    inputs: tuple[SystemStreamPartition, ...] = ()
+    grouper: str = "GroupByPartition"
+    elasticity_factor: int = 1
+    max_elasticity_factor: int = DEFAULT_MAX_ELASTICITY_FACTOR
+    stateful: bool = False
+    lease_ttl_s: float = 10.0
+    heartbeat_interval_s: float = 2.0
+    debounce_s: float = 1.0
+    barrier_timeout_s: float = 30.0
+    probing_interval_s: float = 600.0
+    assignment: AssignmentParams = field(default_factory=AssignmentParams)
+    keep_job_models: int = 10
+    reset_policy: ResetPolicy = ResetPolicy.EARLIEST
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceRecord:
+    """Why and when a version was generated."""
+
+    version: int
+    reason: str
+    at: float
+    generation_seconds: float
+
+
+class LifecycleObserver(Protocol):
+    """What the lifecycle reports (metrics); every method must be cheap and never raise."""
+
+    def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
+        """A version was generated for ``reason`` in ``seconds`` with ``tasks`` tasks."""
+        ...
+
+    def barrier_ended(self, state: str, seconds: float) -> None:
+        """A barrier completed or timed out after ``seconds``."""
+        ...
+
+    def processors_changed(self, count: int) -> None:
+        """The number of registered processors changed."""
+        ...
+
+
+class _NoObserver:
+    def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
+        pass
+
+    def barrier_ended(self, state: str, seconds: float) -> None:
+        pass
+
+    def processors_changed(self, count: int) -> None:
+        pass
+
+
+class Coordinator:
+    """The leader's job-model lifecycle (and what every replica serves)."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: MetadataStore,
+        leader: LeaderRole,
+        clock: Clock,
+        observer: LifecycleObserver | None = None,
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._leader = leader
+        self._clock = clock
+        self._observer = observer or _NoObserver()
+        self.membership = Membership(store, clock, config.lease_ttl_s)
+        self._models = JobModelRepository(store, config.keep_job_models)
+        self._barriers = BarrierRepository(store)
+        self._locality = TaskLocality(store)
+        self._desired = DesiredConfig(store)
+        self._scheduler: Scheduler | None = None
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._latest: JobModel | None = None
+        self._pointer: int | None = None
+        self._barrier: Barrier | None = None
+        self._active: JobModel | None = None
+        self._model_cache: dict[int, JobModel] = {}
+        self._known_locality: dict[str, str] = {}
+        self._pending_reasons: set[str] = set()
+        self._probing_wanted = False
+        self.last_rebalance: RebalanceRecord | None = None
+        self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Load persisted state and resume: leases, latest and active models, barrier."""
+        self._scheduler = Scheduler()
+        await self._io(self._load)
+        self._observer.processors_changed(len(self.membership.live()))
+        self._schedule_sweep()
+        barrier = self._barrier
+        if barrier is not None and barrier.state is BarrierState.PENDING:
+            left = barrier.started_at + self.config.barrier_timeout_s - self._clock.now()
+            self._schedule("barrier-timeout", left, lambda: self._barrier_timeout(barrier.version))
+        if self._needs_regeneration(self._latest):
+            self._trigger("start", debounce=False)
+
+    async def stop(self) -> None:
+        """Cancel timers and wake long polls."""
+        if self._scheduler is not None:
+            await self._scheduler.close()
+        self._notify()
+
+    def _load(self) -> None:
+        self.membership.load()
+        self._known_locality = self._locality.read()
+        latest = self._models.latest()
+        if latest is None:
+            return
+        version, self._pointer = latest
+        self._latest = self._models.load(version)
+        self._barrier = self._barriers.load(version)
+        active = self._models.active_version()
+        if active is not None:
+            self._active = self._latest if active == version else self._models.load(active)
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def latest(self) -> JobModel | None:
+        """The newest published job model."""
+        return self._latest
+
+    @property
+    def barrier(self) -> Barrier | None:
+        """The barrier of the newest published version."""
+        return self._barrier
+
+    @property
+    def active(self) -> JobModel | None:
+        """The newest job model whose barrier completed: the one being processed."""
+        return self._active
+
+    @property
+    def leader(self) -> LeaderRole:
+        """This replica's leader role."""
+        return self._leader
+
+    @property
+    def inputs(self) -> tuple[SystemStreamPartition, ...]:
+        """The whole input partitions the job reads."""
+        return self._inputs
+
+    def elasticity_factor(self) -> int:
+        """The factor the next version will be generated with."""
+        return int(self._desired_config().get("elasticityFactor", self.config.elasticity_factor))
+
+    def _desired_config(self) -> dict[str, Any]:
+        return self._desired.read()
+
+    def probing_wanted(self) -> bool:
+        """True while the assignment asks for probing rebalances."""
+        return self._probing_wanted
+
+    async def wait_for_change(
+        self, since: int | None, barrier: BarrierState | None, timeout_s: float
+    ) -> bool:
+        """Wait until a version newer than ``since`` exists (or, when ``barrier`` is given,
+        until version ``since``'s barrier left that state). False on timeout."""
+        deadline = self._clock.monotonic() + max(0.0, timeout_s)
+        while True:
+            if self._changed_since(since, barrier):
+                return True
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                return False
+            event = self._changed
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except TimeoutError:
+                return self._changed_since(since, barrier)
+
+    def _changed_since(self, since: int | None, barrier: BarrierState | None) -> bool:
+        latest = self._latest
+        if latest is None:
+            return False
+        if since is None or latest.version > since:
+            return True
+        current = self._barrier
+        return (barrier is not None and latest.version == since and current is not None
+                and current.state is not barrier)
+
+    def _notify(self) -> None:
+        # Wake every waiter of the current event, and give later waiters a fresh one.
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    # ------------------------------------------------------------------ membership
+
+    async def register(
+        self, processor_id: str | None, location_id: str, host: str | None
+    ) -> tuple[ProcessorLease, bool]:
+        """Register a processor; a new one triggers a (debounced) rebalance."""
+        async with self._lock:
+            lease, created = await self._io(
+                lambda: self.membership.register(processor_id, location_id, host))
+        if created:
+            self._observer.processors_changed(len(self.membership.live()))
+            self._trigger("join")
+        return lease, created
+
+    async def heartbeat(
+        self, processor_id: str, task_lags: Mapping[str, int] | None,
+        stats: Mapping[str, Any] | None,
+    ) -> ProcessorLease:
+        """Renew a processor's lease and record its lags (UnknownProcessor once expired)."""
+        async with self._lock:
+            return await self._io(
+                lambda: self.membership.heartbeat(processor_id, task_lags, stats))
+
+    async def leave(self, processor_id: str) -> bool:
+        """A processor leaves now; a rebalance follows."""
+        async with self._lock:
+            left = await self._io(lambda: self.membership.leave(processor_id))
+        if left:
+            self._observer.processors_changed(len(self.membership.live()))
+            self._trigger("leave")
+        return left
+
+    async def _sweep(self) -> None:
+        try:
+            async with self._lock:
+                expired = self.membership.expired()
+                if expired:
+                    await self._io(lambda: self.membership.remove(expired))
+            if expired:
+                log.info("leases expired: %s", ", ".join(expired),
+                         extra={"reason": "lease_expired"})
+                self._observer.processors_changed(len(self.membership.live()))
+                self._trigger("lease_expired")
+        finally:
+            self._schedule_sweep()
+
+    def _schedule_sweep(self) -> None:
+        interval = min(1.0, self.config.lease_ttl_s / 4)
+        self._schedule("lease-sweep", interval, self._sweep)
+
+    # ------------------------------------------------------------------ triggers
+
+    def _trigger(self, reason: str, debounce: bool = True) -> None:
+        self._pending_reasons.add(reason)
+        delay = self.config.debounce_s if debounce else 0.0
+        self._schedule("rebalance", delay, self._rebalance_pending)
+
+    async def _rebalance_pending(self) -> None:
+        reasons, self._pending_reasons = self._pending_reasons, set()
+        if reasons:
+            await self.rebalance("+".join(sorted(reasons)))
+
+    async def scale(self, elasticity_factor: int) -> int:
+        """Set the elasticity factor and generate a version at once; returns the latest
+        version (unchanged when the factor already was ``elasticity_factor``)."""
+        validate_elasticity_factor(elasticity_factor, self.config.max_elasticity_factor)
+        self._require_leader()
+        async with self._lock:
+            await self._io(lambda: self._desired.update(elasticityFactor=elasticity_factor))
+        await self.rebalance("scale")
+        return self._latest.version if self._latest is not None else 0
+
+    async def update_inputs(self, inputs: Iterable[SystemStreamPartition]) -> None:
+        """A changed input partition set (e.g. partitions added) generates a new version."""
+        whole = tuple(sorted({s.whole() for s in inputs}))
+        if whole != self._inputs:
+            self._inputs = whole
+            await self.rebalance("inputs_changed")
+
+    def _needs_regeneration(self, model: JobModel | None) -> bool:
+        """True when the configured job differs from ``model`` (e.g. after a restart with
+        other inputs or factor, or with processors that joined or left meanwhile)."""
+        live = set(self.membership.live())
+        if model is None:
+            return bool(live)
+        grouped = {s.whole() for c in model.containers.values()
+                   for t in c.active_tasks for s in t.ssps}
+        return bool(live) and (
+            model.elasticity_factor != self.elasticity_factor()
+            or model.ssp_grouper != self.config.grouper
+            or set(model.containers) != live
+            or (bool(model.containers) and grouped != set(self._inputs))
+        )
+
+    # ------------------------------------------------------------------ generation
+
+    async def rebalance(self, reason: str) -> JobModel | None:
+        """Generate and publish a new version now (leader only); None if nothing changed."""
+        if not self._leader.is_leader():
+            log.info("not the leader: rebalance (%s) left to the leader", reason)
+            return None
+        async with self._lock:
+            return await self._rebalance_locked(reason)
+
+    async def _rebalance_locked(self, reason: str) -> JobModel | None:
+        processors = self.membership.locations()
+        previous = self._latest
+        version = (previous.version if previous is not None else 0) + 1
+        factor = self.elasticity_factor()
+        lags = self.membership.task_lags()
+        started = time.perf_counter()
+        generated = await asyncio.to_thread(
+            generate_job_model, version, self._inputs, grouper_by_name(self.config.grouper),
+            factor, processors,
+            previous=previous, task_locality=self._known_locality, task_lags=lags,
+            stateful=self.config.stateful, params=self.config.assignment,
+            max_elasticity_factor=self.config.max_elasticity_factor,
+        )
+        seconds = time.perf_counter() - started
+        model = generated.job_model
+        self._probing_wanted = generated.assignment.probing_rebalance_needed
+        if self._probing_wanted:
+            self._schedule("probing", self.config.probing_interval_s, self._probe)
+        elif self._scheduler is not None:
+            self._scheduler.cancel("probing")
+        if previous is not None and previous.containers == model.containers \
+                and previous.config == model.config:
+            log.info("rebalance (%s): assignment unchanged, version %d stays", reason,
+                     previous.version, extra={"reason": reason, "version": previous.version})
+            return None
+        if not self._leader.is_leader():
+            log.warning("lost leadership while generating version %d (%s): not published",
+                        version, reason, extra={"reason": reason, "version": version})
+            return None
+        published = await self._io(lambda: self._models.publish(model, self._pointer))
+        if not published:
+            log.error("version %d (%s) refused: another leader published first; reloading",
+                      version, reason, extra={"reason": reason, "version": version})
+            await self._io(self._load)
+            self._notify()
+            raise Fenced(f"job model version {version} was fenced by a newer publication")
+        self._pointer = (self._pointer or 0) + 1
+        now = self._clock.now()
+        barrier = Barrier(version, BarrierState.PENDING, frozenset(model.containers),
+                          frozenset(), now)
+        if not barrier.participants:
+            barrier = Barrier(version, BarrierState.DONE, frozenset(), frozenset(), now, now)
+        self._latest, self._barrier = model, barrier
+        self._model_cache[version] = model
+        await self._io(lambda: self._barriers.save(barrier))
+        self.last_rebalance = RebalanceRecord(version, reason, now, seconds)
+        tasks = sum(len(c.active_tasks) for c in model.containers.values())
+        self._observer.job_model_generated(reason, seconds, tasks)
+        log.info("published job model version %d (%s): %d tasks on %d processors in %.3fs",
+                 version, reason, tasks, len(model.containers), seconds,
+                 extra={"reason": reason, "version": version})
+        if barrier.state is BarrierState.DONE:
+            await self._barrier_done(barrier)
+        else:
+            self._schedule("barrier-timeout", self.config.barrier_timeout_s,
+                           lambda: self._barrier_timeout(version))
+        self._notify()
+        return model
+
+    async def _probe(self) -> None:
+        await self.rebalance("probing")
+
+    # ------------------------------------------------------------------ barrier
+
+    async def ack(self, version: int, processor_id: str) -> BarrierState:
+        """A processor acknowledges ``version`` (it stopped and committed what it loses)."""
+        async with self._lock:
+            barrier = self._barrier
+            if barrier is None or barrier.version != version:
+                old = await self._io(lambda: self._barriers.load(version))
+                if old is None:
+                    raise UnknownJobModelVersion(f"no job model version {version}")
+                if processor_id not in old.participants:
+                    raise NotAParticipant(
+                        f"processor {processor_id!r} is not part of version {version}")
+                return old.state  # superseded: its state no longer changes
+            if processor_id not in barrier.participants:
+                raise NotAParticipant(
+                    f"processor {processor_id!r} is not part of version {version}")
+            updated = barrier.ack(processor_id, self._clock.now())
+            if updated == barrier:
+                return updated.state
+            self._barrier = updated
+            await self._io(lambda: self._barriers.save(updated))
+            if updated.state is BarrierState.DONE:
+                await self._barrier_done(updated)
+            self._notify()
+            return updated.state
+
+    async def _barrier_done(self, barrier: Barrier) -> None:
+        model = self._latest
+        assert model is not None and model.version == barrier.version
+        if self._scheduler is not None:
+            self._scheduler.cancel("barrier-timeout")
+        locality = {name: c.location_id for c in model.containers.values()
+                    for name in (t.name for t in c.active_tasks)}
+        known = self._known_locality
+
+        def persist() -> None:
+            self._models.set_active(barrier.version)
+            self._locality.write(locality, known)
+            self._barriers.prune(barrier.version - self.config.keep_job_models)
+
+        await self._io(persist)
+        self._known_locality = {**known, **locality}
+        self._active = model
+        self._observer.barrier_ended(barrier.state.value, (barrier.ended_at or 0) - barrier.started_at)
+        log.info("barrier of version %d done", barrier.version,
+                 extra={"version": barrier.version, "reason": "barrier_done"})
+
+    async def _barrier_timeout(self, version: int) -> None:
+        async with self._lock:
+            barrier = self._barrier
+            if barrier is None or barrier.version != version:
+                return
+            timed_out = barrier.time_out(self._clock.now())
+            if timed_out == barrier:
+                return
+            self._barrier = timed_out
+            silent = sorted(timed_out.silent)
+            await self._io(lambda: self._barriers.save(timed_out))
+            await self._io(lambda: self.membership.remove(silent))
+            self._observer.barrier_ended(timed_out.state.value, self.config.barrier_timeout_s)
+            self._observer.processors_changed(len(self.membership.live()))
+            log.warning("barrier of version %d timed out; dropping silent processors: %s",
+                        version, ", ".join(silent),
+                        extra={"version": version, "reason": "barrier_timeout"})
+            self._notify()
+            await self._rebalance_locked("barrier_timeout")
+
+    # ------------------------------------------------------------------ fencing
+
+    async def model(self, version: int) -> JobModel | None:
+        """The job model of ``version`` (cached), or None."""
+        if self._latest is not None and self._latest.version == version:
+            return self._latest
+        if version in self._model_cache:
+            return self._model_cache[version]
+        found = await self._io(lambda: self._models.load(version))
+        if found is not None:
+            self._model_cache[version] = found
+        return found
+
+    async def check_commit(
+        self, processor_id: str, version: int, task_names: Sequence[str]
+    ) -> JobModel:
+        """Refuse (Fenced) unless ``processor_id`` owns every task as active in the active
+        job model, and also did in ``version`` when that is older. Returns the model
+        of ``version``."""
+        active = self._active
+        if active is None:
+            raise Fenced("no job model is active yet: nothing may be committed")
+        if version > active.version:
+            raise Fenced(f"version {version} is not active (active: {active.version})")
+        owner = _owners(active)
+        for name in task_names:
+            if owner.get(name) != processor_id:
+                raise Fenced(f"processor {processor_id!r} does not own task {name!r} as "
+                             f"active in the active job model (version {active.version})")
+        if version == active.version:
+            return active
+        model = await self.model(version)
+        if model is None:
+            raise Fenced(f"version {version} is stale and no longer known")
+        owner = _owners(model)
+        for name in task_names:
+            if owner.get(name) != processor_id:
+                raise Fenced(f"version {version} is stale: processor {processor_id!r} did not "
+                             f"own task {name!r} in it")
+        return model
+
+    # ------------------------------------------------------------------ helpers
+
+    def _require_leader(self) -> None:
+        if not self._leader.is_leader():
+            raise NotLeader("this replica is not the leader")
+
+    def _schedule(self, name: str, delay_s: float, action: Callable[[], Awaitable[None]]) -> None:
+        if self._scheduler is not None:
+            self._scheduler.schedule(name, delay_s, action)
+
+    async def _io(self, fn: Callable[[], T]) -> T:
+        return await asyncio.to_thread(fn)
+
+
+def _owners(model: JobModel) -> dict[str, str]:
+    return model.memo("owners", lambda m: m.active_owner())
