@@ -460,7 +460,8 @@ class Coordinator:
         await self._io(persist)
         self._known_locality = {**known, **locality}
         self._active = model
-        self._observer.barrier_ended(barrier.state.value, (barrier.ended_at or 0) - barrier.started_at)
+        waited = (barrier.ended_at or barrier.started_at) - barrier.started_at
+        self._observer.barrier_ended(barrier.state.value, waited)
         log.info("barrier of version %d done", barrier.version,
                  extra={"version": barrier.version, "reason": "barrier_done"})
 

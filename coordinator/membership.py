@@ -73,9 +73,8 @@ class Membership:
 
     def load(self) -> None:
         """Read persisted leases (after a restart)."""
-        self._leases = {
-            pid: ProcessorLease.from_bytes(v.value) for pid, v in self._store.list(NAMESPACE).items()
-        }
+        stored = self._store.list(NAMESPACE)
+        self._leases = {pid: ProcessorLease.from_bytes(v.value) for pid, v in stored.items()}
 
     def live(self) -> Mapping[str, ProcessorLease]:
         """Processors whose lease has not been expired by :meth:`expire` or left."""

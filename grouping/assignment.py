@@ -317,8 +317,8 @@ class _World:
             j = self.pid_index.get(pid)
             if j is None:
                 continue
-            for name, lag in task_lags[pid].items():
-                lag = lag if lag > 0 else 0
+            for name, reported in task_lags[pid].items():
+                lag = reported if reported > 0 else 0
                 if name in many:
                     many[name][j] = lag
                 elif name in one_j:

@@ -15,6 +15,7 @@ from grouping.groupers import (
 from grouping.model import SSP, ContainerModel, JobModel, TaskModel
 from grouping.task_names import parse_task_name
 
+
 def as_model(tasks: list[TaskModel]) -> JobModel:
     return JobModel.of(1, {}, [ContainerModel.of("p1", "host", tasks)])
 

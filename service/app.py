@@ -1,0 +1,141 @@
+"""The app factory: ``create_app(settings)`` wires stores, coordinator, metrics and routes.
+
+Its lifespan opens the store (applying migrations), starts the coordinator and stops both
+on shutdown. Nothing lives in module globals: everything hangs off ``app.state``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from checkpoint.store.sql import SqlCheckpointStore
+from coordinator.clock import Clock, SystemClock
+from coordinator.leader import EmbeddedLeader
+from coordinator.lifecycle import Coordinator, CoordinatorConfig
+from coordinator.store.sql import SqlMetadataStore
+from grouping.assignment import AssignmentParams
+from service.database import make_engine, upgrade
+from service.errors import error_response, install_error_handlers
+from service.metrics import Metrics
+from service.routes import checkpoints, health, jobmodel, processors, scale, status
+from service.settings import Settings
+
+log = logging.getLogger("coxswain.service")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def coordinator_config(settings: Settings) -> CoordinatorConfig:
+    """The lifecycle's config from the service settings."""
+    return CoordinatorConfig(
+        inputs=tuple(settings.inputs()),
+        grouper=settings.grouper,
+        elasticity_factor=settings.elasticity_factor,
+        max_elasticity_factor=settings.max_elasticity_factor,
+        stateful=settings.stateful,
+        lease_ttl_s=settings.lease_ttl_ms / 1000,
+        heartbeat_interval_s=settings.heartbeat_interval_ms / 1000,
+        debounce_s=settings.debounce_ms / 1000,
+        barrier_timeout_s=settings.barrier_timeout_ms / 1000,
+        probing_interval_s=settings.probing_interval_ms / 1000,
+        assignment=AssignmentParams(
+            balance_factor=settings.balance_factor,
+            acceptable_recovery_lag=settings.acceptable_recovery_lag,
+            num_standbys=settings.num_standbys,
+            max_warmup_replicas=settings.max_warmup_replicas,
+        ),
+        keep_job_models=settings.keep_job_models,
+        reset_policy=settings.reset_policy,
+    )
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
+    """A Coxswain coordinator app for ``settings`` (embedded SQL mode)."""
+    clock = clock or SystemClock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.store_url())
+        upgrade(engine)
+        store = SqlMetadataStore(engine)
+        metrics = Metrics()
+        coordinator = Coordinator(coordinator_config(settings), store,
+                                  EmbeddedLeader(settings.replica_id), clock, metrics)
+        app.state.settings = settings
+        app.state.metadata_store = store
+        app.state.checkpoints = SqlCheckpointStore(engine)
+        app.state.metrics = metrics
+        app.state.coordinator = coordinator
+        app.state.clock = clock
+        await coordinator.start()
+        log.info("coordinator %s serving job with %d input partitions (store %s)",
+                 settings.replica_id, len(coordinator.inputs),
+                 engine.url.render_as_string(hide_password=True))
+        try:
+            yield
+        finally:
+            await coordinator.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Coxswain",
+        version="1",
+        description="Job coordinator for elastic stream processing on PySpark.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    for module in (health, processors, jobmodel, checkpoints, scale, status):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app
+
+
+class BodyLimit:
+    """Refuse request bodies above ``limit`` bytes with 413, before any route reads them."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "payload_too_large",
+                                  f"request body larger than {self.limit} bytes")
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass

@@ -1,0 +1,54 @@
+"""Bearer-token auth: a worker token for worker routes, an admin token for operator routes.
+
+With no tokens configured every route is open (the server then refuses to listen beyond
+loopback unless ``--insecure``). The admin token is accepted on worker routes too.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Request
+
+from service.errors import ApiError
+from service.settings import Settings
+
+
+def _presented(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _matches(token: str, expected: str | None) -> bool:
+    return expected is not None and hmac.compare_digest(token.encode(), expected.encode())
+
+
+def _check(request: Request, admin_only: bool) -> None:
+    settings: Settings = request.app.state.settings
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    worker = settings.worker_token.get_secret_value() if settings.worker_token else None
+    if admin is None and worker is None:
+        return
+    token = _presented(request)
+    if token is None:
+        raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
+    if _matches(token, admin) or (not admin_only and _matches(token, worker)):
+        return
+    if admin_only and admin is None:
+        raise ApiError(403, "forbidden", "operator routes need an admin token, and none is "
+                       "configured (--admin-token)")
+    raise ApiError(403, "forbidden",
+                   "this token may not call this route" if admin_only else "invalid token")
+
+
+def require_worker(request: Request) -> None:
+    """Dependency of worker routes."""
+    _check(request, admin_only=False)
+
+
+def require_admin(request: Request) -> None:
+    """Dependency of operator routes."""
+    _check(request, admin_only=True)

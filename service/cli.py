@@ -1,0 +1,204 @@
+"""The ``coxswain`` command: serve, db upgrade/downgrade, and clients of a running server.
+
+    coxswain serve --input kafka.orders:8          # embedded coordinator on SQLite
+    coxswain status | processors | scale 4          # talk to a running server (--url)
+    coxswain db upgrade | downgrade                 # schema migrations
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from service.settings import Settings, SettingsError
+
+SUPPRESS = argparse.SUPPRESS
+
+SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--host", {"help": "address to listen on (default 127.0.0.1)"}),
+    ("--port", {"type": int, "help": "port (default 8080)"}),
+    ("--data-dir", {"help": "folder of the embedded SQLite store (default ./coxswain-data)"}),
+    ("--store", {"help": "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db"}),
+    ("--input", {"action": "append", "metavar": "SYSTEM.STREAM:PARTITIONS",
+                 "help": "an input stream and its partition count (repeatable)"}),
+    ("--grouper", {"help": "GroupByPartition | GroupBySystemStreamPartition | "
+                           "AllSspToSingleTask"}),
+    ("--elasticity-factor", {"type": int, "help": "initial elasticity factor (power of two)"}),
+    ("--max-elasticity-factor", {"type": int, "help": "largest factor /scale accepts (64)"}),
+    ("--stateful", {"action": "store_true", "help": "tasks have local state (KIP-441)"}),
+    ("--lease-ttl-ms", {"type": int, "help": "processor lease TTL (10000)"}),
+    ("--heartbeat-interval-ms", {"type": int, "help": "heartbeat interval told to workers"}),
+    ("--debounce-ms", {"type": int, "help": "rebalance debounce after join/leave (1000)"}),
+    ("--barrier-timeout-ms", {"type": int, "help": "barrier timeout (30000)"}),
+    ("--probing-interval-ms", {"type": int, "help": "probing rebalance interval (600000)"}),
+    ("--acceptable-recovery-lag", {"type": int, "help": "KIP-441 caught-up lag (10000)"}),
+    ("--num-standbys", {"type": int, "help": "standby replicas per stateful task (0)"}),
+    ("--max-warmup-replicas", {"type": int, "help": "warm-ups at once (2)"}),
+    ("--balance-factor", {"type": int, "help": "allowed max-min task difference (1)"}),
+    ("--reset-policy", {"choices": ["earliest", "latest"],
+                        "help": "where key spaces without checkpoints start"}),
+    ("--max-body-bytes", {"type": int, "help": "request body limit (8 MiB)"}),
+    ("--worker-token", {"help": "bearer token of worker routes"}),
+    ("--admin-token", {"help": "bearer token of operator routes"}),
+    ("--insecure", {"action": "store_true",
+                    "help": "allow a non-loopback address without tokens"}),
+    ("--replica-id", {"help": "this replica's id (default hostname-pid)"}),
+    ("--log-json", {"action": "store_true", "help": "one JSON object per log line"}),
+    ("--log-level", {"help": "DEBUG | INFO | WARNING (INFO)"}),
+]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    given = {k: v for k, v in vars(args).items()
+             if k not in ("command", "url", "token", "json", "action", "config", "func")}
+    if getattr(args, "config", None):
+        given["config_file"] = args.config
+    try:
+        return Settings(**given)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+                             for err in e.errors())
+        raise SystemExit(f"coxswain: invalid settings: {problems}") from None
+    except SettingsError as e:
+        raise SystemExit(f"coxswain: {e}") from None
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from service.app import create_app
+    from service.logs import configure
+
+    settings = _settings(args)
+    try:
+        settings.check_bind_is_safe()
+    except SettingsError as e:
+        raise SystemExit(f"coxswain: {e}") from None
+    configure(settings.log_json, settings.log_level)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                log_config=None, timeout_graceful_shutdown=5)
+
+
+def _db(args: argparse.Namespace) -> None:
+    from service.database import current_revision, downgrade, make_engine, upgrade
+
+    settings = _settings(args)
+    engine = make_engine(settings.store_url())
+    if args.action == "upgrade":
+        upgrade(engine)
+    else:
+        downgrade(engine)
+    print(f"schema at revision {current_revision(engine) or 'base (empty)'}")
+    engine.dispose()
+
+
+def _client(args: argparse.Namespace) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    return httpx.Client(base_url=args.url, headers=headers, timeout=30)
+
+
+def _call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> Any:
+    try:
+        with _client(args) as client:
+            response = client.request(method, path, **kw)
+    except httpx.HTTPError as e:
+        raise SystemExit(f"coxswain: cannot reach {args.url}: {e}") from None
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+            reason = f"{body.get('error')}: {body.get('detail')}"
+        except ValueError:
+            reason = response.text
+        raise SystemExit(f"coxswain: {method} {path} failed ({response.status_code}) {reason}")
+    return response.json()
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(map(str, headers))] + [[("-" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _status(args: argparse.Namespace) -> None:
+    s = _call(args, "GET", "/status")
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return
+    last = s.get("lastRebalance") or {}
+    print(f"leader {s['leaderId']}  latest version {s['latestVersion']}  active version "
+          f"{s['activeVersion']}  barrier {s['barrier']}  elasticity factor "
+          f"{s['elasticityFactor']}  balance {s['balance']}")
+    if last:
+        print(f"last rebalance: version {last['version']} ({last['reason']})")
+    rows = [(p["processorId"], p["locationId"], p["activeTasks"], p["standbyTasks"])
+            for p in s["processors"]]
+    print(_table(["PROCESSOR", "LOCATION", "ACTIVE", "STANDBY"], rows))
+
+
+def _processors(args: argparse.Namespace) -> None:
+    procs = _call(args, "GET", "/processors")
+    if args.json:
+        print(json.dumps(procs, indent=2))
+        return
+    rows = [(p["processorId"], p["locationId"], p["host"], len(p["tasks"])) for p in procs]
+    print(_table(["PROCESSOR", "LOCATION", "HOST", "TASKS"], rows))
+
+
+def _scale(args: argparse.Namespace) -> None:
+    answer = _call(args, "POST", "/scale", json={"elasticityFactor": args.factor})
+    print(f"elasticity factor {args.factor}: job model version {answer['jobModelVersion']}")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``coxswain``."""
+    p = argparse.ArgumentParser(prog="coxswain", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run a coordinator", argument_default=SUPPRESS)
+    serve.add_argument("--config", help="YAML or TOML file with settings")
+    for flag, kw in SERVE_OPTIONS:
+        serve.add_argument(flag, **kw)
+    serve.set_defaults(func=_serve)
+
+    db = sub.add_parser("db", help="schema migrations", argument_default=SUPPRESS)
+    db.add_argument("action", choices=["upgrade", "downgrade"])
+    db.add_argument("--store", help="SQLAlchemy URL")
+    db.add_argument("--data-dir", help="folder of the embedded SQLite store")
+    db.add_argument("--config", help="YAML or TOML file with settings")
+    db.set_defaults(func=_db)
+
+    for name, func, help_ in (("status", _status, "show the coordinator's status"),
+                              ("processors", _processors, "list registered processors")):
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("--json", action="store_true", help="print the raw JSON")
+        c.set_defaults(func=func)
+    scale = sub.add_parser("scale", help="set the elasticity factor")
+    scale.add_argument("factor", type=int)
+    scale.set_defaults(func=_scale)
+    for name in ("status", "processors", "scale"):
+        c = sub.choices[name]
+        c.add_argument("--url", default=os.environ.get("COXSWAIN_URL", "http://127.0.0.1:8080"))
+        c.add_argument("--token", default=os.environ.get("COXSWAIN_TOKEN"),
+                       help="bearer token (admin token for scale)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``coxswain`` command."""
+    args = parser().parse_args(argv)
+    args.func(args)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

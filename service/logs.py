@@ -1,0 +1,57 @@
+"""Structured logs: plain text by default, one JSON object per line with ``--log-json``.
+
+Records about rebalances carry ``reason`` and ``version`` (passed as ``extra``); both
+formats print them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_EXTRAS = ("reason", "version")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as JSON."""
+        out = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in _EXTRAS:
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger [reason=… version=…] message``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of text."""
+        line = super().format(record)
+        extras = " ".join(f"{k}={getattr(record, k)}" for k in _EXTRAS if hasattr(record, k))
+        return f"{line} [{extras}]" if extras else line
+
+
+def configure(json_lines: bool, level: str) -> None:
+    """Send every log record to stderr in the chosen format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)

@@ -1,0 +1,52 @@
+"""Prometheus metrics of one app instance (its own registry: no process globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    """The metrics of API.md plus SEP-32's checkpoint-compute time."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.generation_seconds = Histogram(
+            "coxswain_job_model_generation_seconds", "Time to generate a job model",
+            registry=r, buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.task_count = Gauge("coxswain_task_count", "Active tasks in the latest job model",
+                                registry=r)
+        self.processors = Gauge("coxswain_processors", "Registered processors", registry=r)
+        self.rebalances = Counter("coxswain_rebalances", "Job models generated, by reason",
+                                  ["reason"], registry=r)
+        self.barrier_seconds = Histogram(
+            "coxswain_barrier_wait_seconds", "Time from publication to barrier end",
+            ["state"], registry=r, buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.checkpoint_commits = Counter(
+            "coxswain_checkpoint_commits", "Checkpoint commits accepted", registry=r)
+        self.checkpoint_buckets = Counter(
+            "coxswain_checkpoint_bucket_entries", "Bucket entries written by commits",
+            registry=r)
+        self.fenced_commits = Counter(
+            "coxswain_fenced_commits", "Checkpoint commits refused by fencing", registry=r)
+        self.task_lag = Gauge("coxswain_task_lag", "Lag per task reported by its processor",
+                              ["task"], registry=r)
+        self.checkpoint_compute_seconds = Histogram(
+            "coxswain_checkpoint_compute_seconds",
+            "Time to resolve checkpoints across elasticity changes (SEP-32 checkpoint-compute)",
+            registry=r, buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1))
+
+    # LifecycleObserver
+    def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
+        """Record one generation."""
+        self.generation_seconds.observe(seconds)
+        self.rebalances.labels(reason=reason).inc()
+        self.task_count.set(tasks)
+
+    def barrier_ended(self, state: str, seconds: float) -> None:
+        """Record a barrier's end."""
+        self.barrier_seconds.labels(state=state).observe(max(0.0, seconds))
+
+    def processors_changed(self, count: int) -> None:
+        """Record the number of processors."""
+        self.processors.set(count)

@@ -1,0 +1,153 @@
+"""Per-key-bucket checkpoints: read (resolved across elasticity changes), commit (fenced,
+monotonic), reset (admin)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from checkpoint.errors import CheckpointError, CheckpointFormatError
+from checkpoint.model import BucketKey, CheckpointId, parse_offset, parse_start_offset
+from checkpoint.resolution import entries_by_partition, resolve_ssp_start
+from checkpoint.serde import offset_to_json, skip_watermarks_to_json
+from checkpoint.store.sql import SqlCheckpointStore, TaskCheckpointMeta
+from coordinator.errors import Fenced
+from coordinator.lifecycle import Coordinator
+from grouping.model import JobModel, TaskModel
+from grouping.serde import ssp_to_json
+from service import deps
+from service.auth import require_admin, require_worker
+from service.errors import ApiError
+from service.metrics import Metrics
+from service.schemas import CommitRequest, CommitResponse, ErrorBody, ResetRequest
+
+router = APIRouter(tags=["checkpoints"])
+Coord = Annotated[Coordinator, Depends(deps.coordinator)]
+Store = Annotated[SqlCheckpointStore, Depends(deps.checkpoint_store)]
+Stats = Annotated[Metrics, Depends(deps.metrics)]
+
+
+def _tasks_of(model: JobModel) -> dict[str, TaskModel]:
+    return model.memo("tasks", lambda m: m.active_tasks())
+
+
+@router.get("/checkpoints", responses={404: {"model": ErrorBody}})
+async def read_checkpoints(
+    coordinator: Coord, store: Store, metrics: Stats,
+    task_name: Annotated[list[str] | None, Query(alias="taskName")] = None,
+    processor_id: Annotated[str | None, Query(alias="processorId")] = None,
+) -> dict[str, Any]:
+    """Where each task starts: offsets per SSPKb and skip watermarks (DESIGN.md's rule)."""
+    model = coordinator.latest
+    if model is None:
+        raise ApiError(404, "no_job_model", "no job model has been generated yet")
+    tasks = _tasks_of(model)
+    if processor_id is not None:
+        container = model.containers.get(processor_id)
+        if container is None:
+            raise ApiError(404, "unknown_processor",
+                           f"processor {processor_id!r} is not in job model {model.version}")
+        names = [t.name for t in container.active_tasks]
+    elif task_name:
+        names = list(dict.fromkeys(task_name))
+    else:
+        raise ApiError(422, "invalid_request", "give taskName (repeatable) or processorId")
+    unknown = [n for n in names if n not in tasks]
+    if unknown:
+        raise ApiError(404, "unknown_task",
+                       f"not tasks of job model {model.version}: {', '.join(unknown[:10])}")
+    wanted = [tasks[n] for n in names]
+    partitions = {s.whole() for t in wanted for s in t.ssps}
+
+    def read() -> tuple[dict[BucketKey, int], dict[Any, Any], dict[str, TaskCheckpointMeta]]:
+        return (store.read_entries(partitions), store.read_resets(partitions),
+                store.read_task_meta(names))
+
+    entries, resets, meta = await asyncio.to_thread(read)
+    started = time.perf_counter()
+    by_partition = entries_by_partition(entries)
+    factor = model.elasticity_factor
+    default_reset = coordinator.config.reset_policy
+    out: dict[str, Any] = {}
+    for task in wanted:
+        starts = [resolve_ssp_start(ssp, factor, by_partition.get(ssp.whole(), {}),
+                                    resets.get(ssp.whole(), default_reset))
+                  for ssp in task.ssps]
+        m = meta.get(task.name)
+        out[task.name] = {
+            "version": 2 if m is not None and m.checkpoint_id else 1,
+            "checkpointId": m.checkpoint_id if m else None,
+            "inputOffsets": [{"ssp": ssp_to_json(s.ssp), "offset": offset_to_json(s.start)}
+                             for s in starts],
+            "skipBelow": [w for s in starts for w in skip_watermarks_to_json(s.skip_below)],
+            "stateCheckpointMarkers": {b: dict(v) for b, v in
+                                       (m.state_checkpoint_markers if m else {}).items()},
+        }
+    metrics.checkpoint_compute_seconds.observe(time.perf_counter() - started)
+    return out
+
+
+@router.post("/checkpoints", dependencies=[Depends(require_worker)],
+             responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                        409: {"model": ErrorBody}})
+async def commit_checkpoints(
+    body: CommitRequest, coordinator: Coord, store: Store, metrics: Stats,
+) -> CommitResponse:
+    """Commit per-key-bucket offsets; 409 ``fenced`` unless the processor owns every task as
+    active in the active job model. Offsets never move backwards."""
+    coordinator.membership.require(body.processor_id)
+    try:
+        model = await coordinator.check_commit(
+            body.processor_id, body.job_model_version, list(body.checkpoints))
+    except Fenced:
+        metrics.fenced_commits.inc()
+        raise
+    tasks = _tasks_of(model)
+    entries: dict[BucketKey, int] = {}
+    meta: dict[str, TaskCheckpointMeta] = {}
+    ids: dict[BucketKey, str | None] = {}
+    for name, cp in body.checkpoints.items():
+        task = tasks[name]
+        allowed = set(task.ssps)
+        seen = set()
+        checkpoint_id = None
+        if cp.checkpoint_id is not None:
+            checkpoint_id = str(CheckpointId.parse(cp.checkpoint_id))
+        for entry in cp.input_offsets:
+            ssp = entry.ssp.to_ssp()
+            if ssp not in allowed:
+                raise CheckpointError(f"task {name!r} does not read {ssp}")
+            if ssp in seen:
+                raise CheckpointError(f"task {name!r}: {ssp} appears twice")
+            seen.add(ssp)
+            try:
+                offset = parse_offset(entry.offset)
+            except CheckpointFormatError as e:
+                raise CheckpointFormatError(f"task {name!r}, {ssp}: {e}") from e
+            key = BucketKey.of_ssp(ssp, model.elasticity_factor)
+            entries[key] = offset
+            ids[key] = checkpoint_id
+        if checkpoint_id is not None or cp.state_checkpoint_markers:
+            meta[name] = TaskCheckpointMeta(checkpoint_id, cp.state_checkpoint_markers or {})
+    result = await asyncio.to_thread(
+        store.commit, entries, meta, job_model_version=body.job_model_version,
+        processor_id=body.processor_id, checkpoint_ids=ids)
+    metrics.checkpoint_commits.inc()
+    metrics.checkpoint_buckets.inc(len(entries))
+    return CommitResponse(committed=len(entries), advanced=result.advanced)
+
+
+@router.post("/checkpoints/reset", dependencies=[Depends(require_admin)],
+             responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+async def reset_checkpoint(body: ResetRequest, coordinator: Coord, store: Store) -> dict[str, Any]:
+    """Operator: forget a partition's checkpoints and start it at ``offset``
+    (``earliest``, ``latest`` or a decimal offset). The only way offsets move back."""
+    ssp = body.ssp.to_ssp().whole()
+    if ssp not in coordinator.inputs:
+        raise ApiError(404, "unknown_partition", f"{ssp} is not an input partition of the job")
+    offset = parse_start_offset(body.offset)
+    await asyncio.to_thread(store.reset, ssp, offset)
+    return {"ssp": ssp_to_json(ssp), "offset": offset_to_json(offset)}

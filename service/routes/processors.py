@@ -1,0 +1,81 @@
+"""Membership: register, heartbeat, leave, list (API.md "Processors")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+
+from coordinator.lifecycle import Coordinator
+from service import deps
+from service.auth import require_worker
+from service.errors import ApiError
+from service.metrics import Metrics
+from service.schemas import (
+    ErrorBody,
+    HeartbeatRequest,
+    ProcessorView,
+    RegisterRequest,
+    RegisterResponse,
+    VersionResponse,
+)
+from service.settings import Settings
+
+router = APIRouter(tags=["processors"])
+Coord = Annotated[Coordinator, Depends(deps.coordinator)]
+
+
+@router.post("/processors", status_code=201, dependencies=[Depends(require_worker)],
+             responses={200: {"model": RegisterResponse}, 409: {"model": ErrorBody}})
+async def register(
+    body: RegisterRequest, coordinator: Coord,
+    settings: Annotated[Settings, Depends(deps.settings)],
+) -> JSONResponse:
+    """Register a processor (201), or renew the same live one at the same location (200)."""
+    lease, created = await coordinator.register(body.processor_id, body.location_id, body.host)
+    latest = coordinator.latest
+    payload = RegisterResponse(
+        processor_id=lease.processor_id,
+        lease_ttl_ms=settings.lease_ttl_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        job_model_version=latest.version if latest else None,
+    )
+    return JSONResponse(payload.model_dump(by_alias=True), status_code=201 if created else 200)
+
+
+@router.post("/processors/{processor_id}/heartbeat", dependencies=[Depends(require_worker)],
+             responses={404: {"model": ErrorBody}})
+async def heartbeat(
+    processor_id: str, body: HeartbeatRequest, coordinator: Coord,
+    metrics: Annotated[Metrics, Depends(deps.metrics)],
+) -> VersionResponse:
+    """Renew the lease; report task lags and stats. 404 once the lease expired."""
+    await coordinator.heartbeat(processor_id, body.task_lags, body.stats)
+    for task, lag in (body.task_lags or {}).items():
+        metrics.task_lag.labels(task=task).set(lag)
+    latest = coordinator.latest
+    return VersionResponse(job_model_version=latest.version if latest else None)
+
+
+@router.delete("/processors/{processor_id}", status_code=204,
+               dependencies=[Depends(require_worker)], responses={404: {"model": ErrorBody}})
+async def leave(processor_id: str, coordinator: Coord) -> Response:
+    """The processor leaves now; a rebalance follows."""
+    if not await coordinator.leave(processor_id):
+        raise ApiError(404, "unknown_processor", f"processor {processor_id!r} is not registered")
+    return Response(status_code=204)
+
+
+@router.get("/processors")
+async def list_processors(coordinator: Coord) -> list[ProcessorView]:
+    """Registered processors, their leases and their tasks in the latest job model."""
+    latest = coordinator.latest
+    out = []
+    for pid, lease in sorted(coordinator.membership.live().items()):
+        container = latest.containers.get(pid) if latest else None
+        out.append(ProcessorView(
+            processor_id=pid, location_id=lease.location_id, host=lease.host,
+            lease_expires_at=lease.expires_at,
+            tasks=sorted(container.tasks) if container else []))
+    return out

@@ -1,0 +1,70 @@
+"""Observability: ``/status`` for operators and the autosizer, ``/metrics`` for Prometheus."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from coordinator.lifecycle import Coordinator
+from grouping.measures import balance
+from service import deps
+from service.metrics import Metrics
+
+router = APIRouter(tags=["status"])
+Coord = Annotated[Coordinator, Depends(deps.coordinator)]
+
+
+@router.get("/status")
+async def status(coordinator: Coord) -> dict[str, Any]:
+    """Leader, versions, barrier, processors, tasks per processor, lags, balance, and the
+    last rebalance's reason and time."""
+    latest, active, barrier = coordinator.latest, coordinator.active, coordinator.barrier
+    live = coordinator.membership.live()
+    lags = coordinator.membership.task_lags()
+    stats = coordinator.membership.stats()
+    processors = []
+    for pid, lease in sorted(live.items()):
+        container = latest.containers.get(pid) if latest else None
+        processors.append({
+            "processorId": pid,
+            "locationId": lease.location_id,
+            "host": lease.host,
+            "leaseExpiresAt": lease.expires_at,
+            "activeTasks": len(container.active_tasks) if container else 0,
+            "standbyTasks": len(container.standby_tasks) if container else 0,
+            "stats": stats.get(pid, {}),
+        })
+    lag_per_task: dict[str, int] = {}
+    if latest is not None:
+        owner = latest.active_owner()
+        for task, pid in owner.items():
+            if task in lags.get(pid, {}):
+                lag_per_task[task] = lags[pid][task]
+    last = coordinator.last_rebalance
+    return {
+        "replicaId": coordinator.leader.replica_id,
+        "leaderId": coordinator.leader.leader_id(),
+        "latestVersion": latest.version if latest else None,
+        "activeVersion": active.version if active else None,
+        "barrier": barrier.state.value if barrier else None,
+        "barrierWaitingFor": sorted(barrier.silent) if barrier else [],
+        "elasticityFactor": coordinator.elasticity_factor(),
+        "inputPartitions": len(coordinator.inputs),
+        "processors": processors,
+        "tasksPerProcessor": {pid: len(c.active_tasks)
+                              for pid, c in (latest.containers.items() if latest else [])},
+        "lagPerTask": lag_per_task,
+        "balance": balance(latest) if latest else 0,
+        "probingRebalanceWanted": coordinator.probing_wanted(),
+        "lastRebalance": None if last is None else {
+            "version": last.version, "reason": last.reason, "at": last.at,
+            "generationSeconds": last.generation_seconds},
+    }
+
+
+@router.get("/metrics")
+async def metrics(stats: Annotated[Metrics, Depends(deps.metrics)]) -> Response:
+    """Prometheus text format."""
+    return Response(generate_latest(stats.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,168 @@
+"""Request and response schemas of the REST API (API.md): camelCase on the wire.
+
+Requests refuse unknown fields (a typo must not silently do nothing); responses may grow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic.alias_generators import to_camel
+
+from grouping.model import SystemStreamPartition
+
+MAX_ID = 255
+
+
+class Request(BaseModel):
+    """Base of request bodies: camelCase, unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
+                              extra="forbid", str_strip_whitespace=True)
+
+
+class Response(BaseModel):
+    """Base of response bodies: camelCase."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ErrorBody(Response):
+    """Every error: a machine code and a sentence."""
+
+    error: str
+    detail: str
+
+
+class SspBody(Request):
+    """An SSP; ``keyBucket`` -1 or absent = the whole partition."""
+
+    system: str = Field(min_length=1, max_length=MAX_ID)
+    stream: str = Field(min_length=1, max_length=MAX_ID)
+    partition: StrictInt = Field(ge=0)
+    key_bucket: StrictInt = Field(-1, ge=-1)
+
+    def to_ssp(self) -> SystemStreamPartition:
+        """The domain SSP."""
+        return SystemStreamPartition(self.system, self.stream, self.partition, self.key_bucket)
+
+
+class RegisterRequest(Request):
+    """``POST /processors``."""
+
+    processor_id: str | None = Field(None, min_length=1, max_length=MAX_ID,
+                                     pattern=r"^[A-Za-z0-9._:@\-]+$")
+    location_id: str = Field(min_length=1, max_length=MAX_ID)
+    host: str | None = Field(None, max_length=MAX_ID)
+
+
+class RegisterResponse(Response):
+    """A registration's lease terms and the version to fetch."""
+
+    processor_id: str
+    lease_ttl_ms: int
+    heartbeat_interval_ms: int
+    job_model_version: int | None
+
+
+class HeartbeatRequest(Request):
+    """``POST /processors/{id}/heartbeat``: state lag per task, autosizer stats."""
+
+    task_lags: dict[str, StrictInt] | None = None
+    stats: dict[str, Any] | None = None
+
+    @field_validator("task_lags")
+    @classmethod
+    def _non_negative(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        if value is not None:
+            for task, lag in value.items():
+                if lag < 0:
+                    raise ValueError(f"lag of task {task!r} must be >= 0, got {lag}")
+        return value
+
+
+class VersionResponse(Response):
+    """The latest job model version (None before the first)."""
+
+    job_model_version: int | None
+
+
+class ProcessorView(Response):
+    """``GET /processors`` item."""
+
+    processor_id: str
+    location_id: str
+    host: str | None
+    lease_expires_at: float
+    tasks: list[str]
+
+
+class AckRequest(Request):
+    """``POST /jobmodel/{version}/ack``."""
+
+    processor_id: str = Field(min_length=1, max_length=MAX_ID)
+
+
+class BarrierResponse(Response):
+    """The barrier state after an ack."""
+
+    barrier: str
+
+
+class OffsetEntry(Request):
+    """One SSP(Kb) and the next offset to read (a decimal string)."""
+
+    ssp: SspBody
+    offset: str = Field(min_length=1, max_length=32)
+
+
+class TaskCheckpointBody(Request):
+    """One task's checkpoint in a commit."""
+
+    input_offsets: list[OffsetEntry] = Field(min_length=1)
+    checkpoint_id: str | None = Field(None, max_length=64)
+    state_checkpoint_markers: dict[str, dict[str, str]] | None = None
+
+
+class CommitRequest(Request):
+    """``POST /checkpoints``."""
+
+    processor_id: str = Field(min_length=1, max_length=MAX_ID)
+    job_model_version: StrictInt = Field(ge=1)
+    checkpoints: dict[str, TaskCheckpointBody] = Field(min_length=1)
+
+
+class CommitResponse(Response):
+    """How many bucket entries a commit wrote and how many moved forward."""
+
+    committed: int
+    advanced: int
+
+
+class ResetRequest(Request):
+    """``POST /checkpoints/reset`` (admin)."""
+
+    ssp: SspBody
+    offset: str = Field(min_length=1, max_length=32)
+
+
+class ScaleRequest(Request):
+    """``POST /scale``."""
+
+    elasticity_factor: StrictInt
+
+
+class ScaleView(Response):
+    """``GET /scale``."""
+
+    elasticity_factor: int
+    max_elasticity_factor: int
+    live_processors: int
+    task_count: int
+
+
+class ScaleAccepted(Response):
+    """``POST /scale`` answer."""
+
+    job_model_version: int

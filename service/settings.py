@@ -1,0 +1,174 @@
+"""Settings of ``coxswain serve``: defaults < config file (YAML/TOML) < COXSWAIN_* env < flags.
+
+Every option is a field here; the environment variable is ``COXSWAIN_`` + its upper-case
+name (``COXSWAIN_LEASE_TTL_MS=15000``), list options take JSON in the environment
+(``COXSWAIN_INPUT='["kafka.orders:8"]'``). A config file (``--config`` or
+``COXSWAIN_CONFIG_FILE``) holds the same names in snake_case or kebab-case.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from checkpoint.model import ResetPolicy
+from grouping.groupers import GROUPERS
+from grouping.key_bucket import is_power_of_two
+from grouping.model import SystemStreamPartition
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message says which and why."""
+
+
+def parse_input(spec: str) -> list[SystemStreamPartition]:
+    """``SYSTEM.STREAM:PARTITIONS`` (e.g. ``kafka.orders:8``) -> its partitions."""
+    name, sep, count = spec.rpartition(":")
+    system, dot, stream = name.partition(".")
+    if not sep or not dot or not system or not stream:
+        raise SettingsError(
+            f"input {spec!r} must look like SYSTEM.STREAM:PARTITIONS, e.g. kafka.orders:8")
+    if not count.isdigit() or int(count) < 1:
+        raise SettingsError(f"input {spec!r}: the partition count must be a positive integer")
+    return [SystemStreamPartition(system, stream, p) for p in range(int(count))]
+
+
+def default_replica_id() -> str:
+    """hostname-pid: unique per process on a host."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Configuration of one coordinator replica."""
+
+    model_config = SettingsConfigDict(env_prefix="COXSWAIN_", extra="forbid",
+                                      populate_by_name=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    data_dir: Path = Path("coxswain-data")
+    store: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
+    input: list[str] = Field(default_factory=list, description="SYSTEM.STREAM:PARTITIONS")
+    grouper: str = "GroupByPartition"
+    elasticity_factor: int = 1
+    max_elasticity_factor: int = 64
+    stateful: bool = False
+    lease_ttl_ms: int = Field(10_000, ge=100)
+    heartbeat_interval_ms: int = Field(2_000, ge=10)
+    debounce_ms: int = Field(1_000, ge=0)
+    barrier_timeout_ms: int = Field(30_000, ge=100)
+    probing_interval_ms: int = Field(600_000, ge=100)
+    acceptable_recovery_lag: int = Field(10_000, ge=0)
+    num_standbys: int = Field(0, ge=0)
+    max_warmup_replicas: int = Field(2, ge=1)
+    balance_factor: int = Field(1, ge=1)
+    keep_job_models: int = Field(10, ge=2)
+    reset_policy: ResetPolicy = ResetPolicy.EARLIEST
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_wait_ms: int = Field(60_000, ge=0, description="upper bound of a long poll")
+    worker_token: SecretStr | None = None
+    admin_token: SecretStr | None = None
+    insecure: bool = False
+    replica_id: str = Field(default_factory=default_replica_id)
+    log_json: bool = False
+    log_level: str = "INFO"
+    config_file: Path | None = None
+
+    @field_validator("grouper")
+    @classmethod
+    def _known_grouper(cls, value: str) -> str:
+        if value not in GROUPERS:
+            raise ValueError(f"unknown grouper {value!r}; known: {', '.join(sorted(GROUPERS))}")
+        return value
+
+    @field_validator("elasticity_factor", "max_elasticity_factor")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if not is_power_of_two(value):
+            raise ValueError(f"must be a power of two, got {value}")
+        return value
+
+    @field_validator("input")
+    @classmethod
+    def _inputs_parse(cls, value: list[str]) -> list[str]:
+        for spec in value:
+            try:
+                parse_input(spec)
+            except SettingsError as e:
+                raise ValueError(str(e)) from e
+        return value
+
+    def inputs(self) -> list[SystemStreamPartition]:
+        """Every input partition."""
+        return [ssp for spec in self.input for ssp in parse_input(spec)]
+
+    def store_url(self) -> str:
+        """The store URL (default: SQLite file in data_dir)."""
+        return self.store or f"sqlite:///{self.data_dir / 'coxswain.db'}"
+
+    def check_bind_is_safe(self) -> None:
+        """Refuse a non-loopback bind without tokens unless --insecure was given."""
+        if self.insecure or (self.worker_token and self.admin_token):
+            return
+        if not _is_loopback(self.host):
+            raise SettingsError(
+                f"refusing to listen on {self.host} without --worker-token and --admin-token "
+                "(or pass --insecure to accept unauthenticated access)")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (init) > environment > config file > defaults."""
+        path = _config_path(init_settings)
+        file_source = InitSettingsSource(settings_cls, load_config_file(path) if path else {})
+        return (init_settings, env_settings, file_source)
+
+
+def _config_path(init_settings: PydanticBaseSettingsSource) -> Path | None:
+    given = init_settings().get("config_file") or os.environ.get("COXSWAIN_CONFIG_FILE")
+    return Path(given) if given else None
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML (.yaml/.yml) or TOML (.toml) config file into settings names."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SettingsError(f"cannot read config file {path}: {e.strerror}") from e
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise SettingsError(f"config file {path} is not valid: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path} must hold a mapping of settings")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

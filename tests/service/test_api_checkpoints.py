@@ -1,0 +1,198 @@
+"""Checkpoints over real HTTP: commit, read, fencing, elasticity changes, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.service.conftest import StartServer
+from tests.service.workers import SimWorker, ack_all, offsets_for, wait_for_version
+
+ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "60000",
+        "--barrier-timeout-ms", "60000")
+
+
+def setup_two_workers(c: httpx.Client) -> tuple[list[SimWorker], dict[str, Any]]:
+    workers = [SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")]
+    for w in workers:
+        assert w.register().status_code == 201
+    model = wait_for_version(c, 0)
+    assert sorted(model["containers"]) == ["w1", "w2"]
+    assert ack_all(workers, model["version"]) == "done"
+    return workers, model
+
+
+def owner_of(model: dict[str, Any], task: str) -> str:
+    return str(next(pid for pid, c in model["containers"].items() if task in c["tasks"]))
+
+
+def commit(c: httpx.Client, model: dict[str, Any], task: str, offset: int) -> httpx.Response:
+    pid = owner_of(model, task)
+    t = model["containers"][pid]["tasks"][task]
+    return c.post("/checkpoints", json={"processorId": pid, "jobModelVersion": model["version"],
+                                        "checkpoints": {task: offsets_for(t, offset)}})
+
+
+def read(c: httpx.Client, *tasks: str) -> dict[str, Any]:
+    r = c.get("/checkpoints", params={"taskName": list(tasks)})
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def scale(c: httpx.Client, workers: list[SimWorker], factor: int, since: int) -> dict[str, Any]:
+    r = c.post("/scale", json={"elasticityFactor": factor})
+    assert r.status_code == 202, r.text
+    model = c.get("/jobmodel").json()
+    assert model["version"] == r.json()["jobModelVersion"] > since
+    assert ack_all(workers, model["version"]) == "done"
+    return dict(model)
+
+
+def test_scale_1_2_4_2_resolves_checkpoints_by_the_rule(start_server: StartServer) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        workers, m1 = setup_two_workers(c)
+        assert commit(c, m1, "Partition 0", 100).json() == {"committed": 1, "advanced": 1}
+
+        m2 = scale(c, workers, 2, m1["version"])
+        starts = read(c, "Partition 0_0_2", "Partition 0_1_2", "Partition 1_0_2")
+        # split children start exactly at the parent's watermark; no history: earliest
+        assert starts["Partition 0_0_2"]["inputOffsets"][0]["offset"] == "100"
+        assert starts["Partition 0_1_2"]["inputOffsets"][0]["offset"] == "100"
+        assert starts["Partition 1_0_2"]["inputOffsets"][0]["offset"] == "earliest"
+        commit(c, m2, "Partition 0_0_2", 150)
+        commit(c, m2, "Partition 0_1_2", 130)
+
+        m4 = scale(c, workers, 4, m2["version"])
+        s4 = read(c, "Partition 0_0_4", "Partition 0_2_4", "Partition 0_1_4", "Partition 0_3_4")
+        assert [s4[f"Partition 0_{b}_4"]["inputOffsets"][0]["offset"] for b in range(4)] == [
+            "150", "130", "150", "130"]
+        commit(c, m4, "Partition 0_0_4", 200)  # bucket 0 runs ahead of bucket 2
+        commit(c, m4, "Partition 0_2_4", 160)
+
+        m2b = scale(c, workers, 2, m4["version"])
+        merged = read(c, "Partition 0_0_2", "Partition 0_1_2")["Partition 0_0_2"]
+        # the merge starts at the slowest child and skips what the faster one did
+        assert merged["inputOffsets"][0]["offset"] == "160"
+        assert merged["skipBelow"] == [{
+            "ssp": {"system": "kafka", "stream": "orders", "partition": 0},
+            "elasticityFactor": 4, "keyBucket": 0, "offset": "200"}]
+        assert m2b["config"]["elasticityFactor"] == 2
+        scale_view = c.get("/scale").json()
+        assert scale_view == {"elasticityFactor": 2, "maxElasticityFactor": 64,
+                              "liveProcessors": 2, "taskCount": 4}
+
+
+def test_fencing_and_offsets_never_move_backwards(start_server: StartServer) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        workers, model = setup_two_workers(c)
+        owner = owner_of(model, "Partition 0")
+        other = "w2" if owner == "w1" else "w1"
+        t0 = model["containers"][owner]["tasks"]["Partition 0"]
+        body = {"processorId": other, "jobModelVersion": model["version"],
+                "checkpoints": {"Partition 0": offsets_for(t0, 10)}}
+        fenced = c.post("/checkpoints", json=body)
+        assert fenced.status_code == 409
+        assert fenced.json()["error"] == "fenced"
+        future = c.post("/checkpoints", json={**body, "processorId": owner,
+                                              "jobModelVersion": model["version"] + 1})
+        assert future.status_code == 409
+        assert commit(c, model, "Partition 0", 50).json()["advanced"] == 1
+        assert commit(c, model, "Partition 0", 20).json() == {"committed": 1, "advanced": 0}
+        assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == "50"
+        # a newer version done: commits tagged with the old one are stale where ownership
+        # changed (scaling gives new task names, so the old tasks are no longer owned)
+        new = scale(c, workers, 2, model["version"])
+        stale = commit(c, model, "Partition 0", 60)
+        assert stale.status_code == 409
+        assert new["version"] > model["version"]
+        assert "Fenced" not in stale.text
+        metrics = c.get("/metrics").text
+        assert "coxswain_fenced_commits_total 3.0" in metrics
+
+
+def test_v2_checkpoint_id_and_state_markers_round_trip(start_server: StartServer) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        _, model = setup_two_workers(c)
+        pid = owner_of(model, "Partition 1")
+        task = model["containers"][pid]["tasks"]["Partition 1"]
+        r = c.post("/checkpoints", json={
+            "processorId": pid, "jobModelVersion": model["version"],
+            "checkpoints": {"Partition 1": {
+                **offsets_for(task, 7), "checkpointId": "1614147487244-33577",
+                "stateCheckpointMarkers": {"blob": {"store1": "id-1"}}}}})
+        assert r.status_code == 200, r.text
+        got = read(c, "Partition 1")["Partition 1"]
+        assert got["version"] == 2
+        assert got["checkpointId"] == "1614147487244-33577"
+        assert got["stateCheckpointMarkers"] == {"blob": {"store1": "id-1"}}
+        by_processor = c.get("/checkpoints", params={"processorId": pid}).json()
+        assert "Partition 1" in by_processor
+
+
+def test_bad_checkpoint_input_is_refused_and_writes_nothing(start_server: StartServer) -> None:
+    server = start_server(*ARGS, "--max-body-bytes", "4096")
+    with server.client() as c:
+        _, model = setup_two_workers(c)
+        pid = owner_of(model, "Partition 0")
+        task = model["containers"][pid]["tasks"]["Partition 0"]
+        base = {"processorId": pid, "jobModelVersion": model["version"]}
+
+        def post(checkpoints: Any, **extra: Any) -> httpx.Response:
+            return c.post("/checkpoints", json={**base, "checkpoints": checkpoints, **extra})
+
+        cases = {
+            "negative": post({"Partition 0": offsets_for(task, 0) | {"inputOffsets": [
+                {"ssp": task["systemStreamPartitions"][0], "offset": "-5"}]}}),
+            "not a number": post({"Partition 0": {"inputOffsets": [
+                {"ssp": task["systemStreamPartitions"][0], "offset": "abc"}]}}),
+            "foreign ssp": post({"Partition 0": {"inputOffsets": [
+                {"ssp": {"system": "kafka", "stream": "orders", "partition": 1},
+                 "offset": "5"}]}}),
+            "numeric offset": post({"Partition 0": {"inputOffsets": [
+                {"ssp": task["systemStreamPartitions"][0], "offset": 5}]}}),
+            "unknown field": post({"Partition 0": offsets_for(task, 5)}, surprise=True),
+            "empty": post({}),
+        }
+        assert cases["negative"].status_code == 400
+        assert cases["negative"].json()["error"] == "invalid_checkpoint"
+        assert cases["not a number"].status_code == 400
+        assert cases["foreign ssp"].status_code == 400
+        for name in ("numeric offset", "unknown field", "empty"):
+            assert cases[name].status_code == 422, name
+            assert cases[name].json()["error"] == "invalid_request"
+        unknown_task = post({"Partition 9": offsets_for(task, 5)})
+        assert unknown_task.status_code == 409
+        malformed = c.post("/checkpoints", content=b'{"processorId": ',
+                           headers={"content-type": "application/json"})
+        assert malformed.status_code == 400
+        assert malformed.json()["error"] == "malformed_json"
+        huge = c.post("/checkpoints", content=b"x" * 5000,
+                      headers={"content-type": "application/json"})
+        assert huge.status_code == 413
+        assert huge.json()["error"] == "payload_too_large"
+        assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == "earliest"
+        missing = c.get("/checkpoints", params={"taskName": "Partition 7"})
+        assert missing.status_code == 404
+        assert missing.json()["error"] == "unknown_task"
+
+
+def test_admin_reset_moves_a_partition_back(start_server: StartServer) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        _, model = setup_two_workers(c)
+        commit(c, model, "Partition 0", 500)
+        ssp = {"system": "kafka", "stream": "orders", "partition": 0}
+        assert c.post("/checkpoints/reset", json={"ssp": ssp, "offset": "20"}).status_code == 200
+        assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == "20"
+        c.post("/checkpoints/reset", json={"ssp": ssp, "offset": "latest"})
+        assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == "latest"
+        bad = c.post("/checkpoints/reset", json={"ssp": {**ssp, "partition": 9}, "offset": "1"})
+        assert bad.status_code == 404
+        assert bad.json()["error"] == "unknown_partition"
+        worse = c.post("/checkpoints/reset", json={"ssp": ssp, "offset": "soon"})
+        assert worse.status_code == 400

@@ -1,0 +1,70 @@
+"""A simulated worker speaking the REST API, for tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class SimWorker:
+    """Register, heartbeat, follow job models, ack and commit, as a real worker would."""
+
+    def __init__(self, client: httpx.Client, processor_id: str, location_id: str) -> None:
+        self.client = client
+        self.processor_id = processor_id
+        self.location_id = location_id
+
+    def register(self) -> httpx.Response:
+        return self.client.post("/processors", json={
+            "processorId": self.processor_id, "locationId": self.location_id})
+
+    def heartbeat(self, task_lags: dict[str, int] | None = None) -> httpx.Response:
+        body: dict[str, Any] = {}
+        if task_lags is not None:
+            body["taskLags"] = task_lags
+        return self.client.post(f"/processors/{self.processor_id}/heartbeat", json=body)
+
+    def job_model(self, since: int | None = None, wait_ms: int = 0) -> httpx.Response:
+        params: dict[str, Any] = {"processorId": self.processor_id}
+        if since is not None:
+            params["since"] = since
+            params["waitMs"] = wait_ms
+        return self.client.get("/jobmodel", params=params)
+
+    def tasks(self, model: dict[str, Any]) -> dict[str, Any]:
+        container = model["containers"].get(self.processor_id)
+        return {} if container is None else {
+            name: t for name, t in container["tasks"].items() if t["taskMode"] == "Active"}
+
+    def ack(self, version: int) -> httpx.Response:
+        return self.client.post(f"/jobmodel/{version}/ack",
+                                json={"processorId": self.processor_id})
+
+    def commit(self, version: int, checkpoints: dict[str, dict[str, str]]) -> httpx.Response:
+        """``checkpoints``: task -> {ssp json key 'p/b' ...} built by the caller."""
+        return self.client.post("/checkpoints", json={
+            "processorId": self.processor_id, "jobModelVersion": version,
+            "checkpoints": checkpoints})
+
+
+def wait_for_version(client: httpx.Client, since: int, wait_ms: int = 10_000) -> dict[str, Any]:
+    r = client.get("/jobmodel", params={"since": since, "waitMs": wait_ms})
+    assert r.status_code == 200, (r.status_code, r.text)
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def ack_all(workers: list[SimWorker], version: int) -> str:
+    state = ""
+    for w in workers:
+        r = w.ack(version)
+        assert r.status_code == 200, r.text
+        state = r.json()["barrier"]
+    return state
+
+
+def offsets_for(task: dict[str, Any], offset: int) -> dict[str, Any]:
+    """A task checkpoint moving every SSPKb of ``task`` to ``offset``."""
+    return {"inputOffsets": [{"ssp": ssp, "offset": str(offset)}
+                             for ssp in task["systemStreamPartitions"]]}
