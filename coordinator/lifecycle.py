@@ -44,7 +44,7 @@ from coordinator.membership import Membership, ProcessorLease
 from coordinator.scheduler import Scheduler
 from coordinator.store.metadata import MetadataStore
 from grouping.assignment import AssignmentParams
-from grouping.generation import generate_job_model
+from grouping.generation import GeneratedJobModel, generate_job_model
 from grouping.groupers import grouper_by_name
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
 from grouping.model import JobModel, SystemStreamPartition
@@ -131,7 +131,8 @@ class Coordinator:
         self._locality = TaskLocality(store)
         self._desired = DesiredConfig(store)
         self._scheduler: Scheduler | None = None
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # guards state changes; held only briefly
+        self._generation = asyncio.Lock()  # one job model generation at a time
         self._changed = asyncio.Event()
         self._latest: JobModel | None = None
         self._pointer: int | None = None
@@ -346,28 +347,43 @@ class Coordinator:
     # ------------------------------------------------------------------ generation
 
     async def rebalance(self, reason: str) -> JobModel | None:
-        """Generate and publish a new version now (leader only); None if nothing changed."""
+        """Generate and publish a new version now (leader only); None if nothing changed.
+
+        Generation runs without the state lock (heartbeats and registrations go on while a
+        large model is computed); one generation at a time, then publication under the lock.
+        """
         if not self._leader.is_leader():
             log.info("not the leader: rebalance (%s) left to the leader", reason)
             return None
-        async with self._lock:
-            return await self._rebalance_locked(reason)
+        async with self._generation:
+            return await self._generate_and_publish(reason)
 
-    async def _rebalance_locked(self, reason: str) -> JobModel | None:
-        processors = self.membership.locations()
-        previous = self._latest
+    async def _generate_and_publish(self, reason: str) -> JobModel | None:
+        async with self._lock:
+            processors = self.membership.locations()
+            previous = self._latest
+            factor = self.elasticity_factor()
+            lags = self.membership.task_lags()
+            locality = self._known_locality
+            inputs = self._inputs
         version = (previous.version if previous is not None else 0) + 1
-        factor = self.elasticity_factor()
-        lags = self.membership.task_lags()
         started = time.perf_counter()
         generated = await asyncio.to_thread(
-            generate_job_model, version, self._inputs, grouper_by_name(self.config.grouper),
+            generate_job_model, version, inputs, grouper_by_name(self.config.grouper),
             factor, processors,
-            previous=previous, task_locality=self._known_locality, task_lags=lags,
+            previous=previous, task_locality=locality, task_lags=lags,
             stateful=self.config.stateful, params=self.config.assignment,
             max_elasticity_factor=self.config.max_elasticity_factor,
         )
-        seconds = time.perf_counter() - started
+        async with self._lock:
+            return await self._publish(reason, previous, generated,
+                                       time.perf_counter() - started)
+
+    async def _publish(
+        self, reason: str, previous: JobModel | None, generated: GeneratedJobModel,
+        seconds: float,
+    ) -> JobModel | None:
+        version = generated.job_model.version
         model = generated.job_model
         self._probing_wanted = generated.assignment.probing_rebalance_needed
         if self._probing_wanted:
@@ -483,7 +499,7 @@ class Coordinator:
                         version, ", ".join(silent),
                         extra={"version": version, "reason": "barrier_timeout"})
             self._notify()
-            await self._rebalance_locked("barrier_timeout")
+        await self.rebalance("barrier_timeout")
 
     # ------------------------------------------------------------------ fencing
 

@@ -22,6 +22,7 @@ from grouping.assignment import AssignmentParams
 from service.database import make_engine, upgrade
 from service.errors import error_response, install_error_handlers
 from service.metrics import Metrics
+from service.poll_shortcut import PollShortcut
 from service.routes import checkpoints, health, jobmodel, processors, scale, status
 from service.settings import Settings
 
@@ -97,6 +98,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     for module in (health, processors, jobmodel, checkpoints, scale, status):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(PollShortcut)
     return app
 
 

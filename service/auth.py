@@ -44,11 +44,24 @@ def _check(request: Request, admin_only: bool) -> None:
                    "this token may not call this route" if admin_only else "invalid token")
 
 
-def require_worker(request: Request) -> None:
+async def token_allowed(settings: Settings, authorization: bytes | None) -> bool:
+    """True when an ``Authorization`` header value may call worker routes."""
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    worker = settings.worker_token.get_secret_value() if settings.worker_token else None
+    if admin is None and worker is None:
+        return True
+    if authorization is None:
+        return False
+    scheme, _, token = authorization.decode("latin-1").partition(" ")
+    token = token.strip()
+    return scheme.lower() == "bearer" and (_matches(token, admin) or _matches(token, worker))
+
+
+async def require_worker(request: Request) -> None:
     """Dependency of worker routes."""
     _check(request, admin_only=False)
 
 
-def require_admin(request: Request) -> None:
+async def require_admin(request: Request) -> None:
     """Dependency of operator routes."""
     _check(request, admin_only=True)

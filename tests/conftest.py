@@ -11,3 +11,28 @@ settings.register_profile("default", max_examples=100, deadline=None,
 settings.register_profile("thorough", max_examples=3000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("COXSWAIN_HYPOTHESIS_PROFILE", "default"))
+
+
+# --------------------------------------------------------------------------- services
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.infra.postgres import PostgresServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL for the whole run, stopped at the end."""
+    server = PostgresServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """A fresh database URL, once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/store.db"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database()

@@ -27,6 +27,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from coordinator.errors import StoreUnavailable
@@ -67,13 +68,29 @@ class SqlMetadataStore:
             return _upsert(conn, namespace, key, value, time.time())
 
     def put_many(self, namespace: str, values: Mapping[str, bytes]) -> None:
-        """Write several keys of one namespace in one transaction."""
+        """Write several keys of one namespace in one transaction (one batched upsert:
+        task locality of a 100k-task job model is 100k keys)."""
         if not values:
             return
+        t = metadata_entries
         now = time.time()
+        dialect = self._engine.dialect.name
+        if dialect not in ("sqlite", "postgresql"):
+            with self._begin() as conn:
+                for key in sorted(values):
+                    _upsert(conn, namespace, key, values[key], now)
+            return
+        insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = insert_(t)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[t.c.namespace, t.c.key],
+            set_={"value": stmt.excluded.value, "version": t.c.version + 1,
+                  "updated_at": stmt.excluded.updated_at},
+        )
+        rows = [{"namespace": namespace, "key": k, "value": values[k], "version": 1,
+                 "updated_at": now} for k in sorted(values)]
         with self._begin() as conn:
-            for key in sorted(values):  # one lock order for every writer: no deadlocks
-                _upsert(conn, namespace, key, values[key], now)
+            conn.execute(stmt, rows)
 
     def delete(self, namespace: str, key: str) -> bool:
         """Remove ``key``; True if it existed."""

@@ -34,7 +34,8 @@ def _tasks_of(model: JobModel) -> dict[str, TaskModel]:
     return model.memo("tasks", lambda m: m.active_tasks())
 
 
-@router.get("/checkpoints", responses={404: {"model": ErrorBody}})
+@router.get("/checkpoints", dependencies=[Depends(require_worker)],
+            responses={404: {"model": ErrorBody}})
 async def read_checkpoints(
     coordinator: Coord, store: Store, metrics: Stats,
     task_name: Annotated[list[str] | None, Query(alias="taskName")] = None,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import json
+from dataclasses import dataclass
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response
-from fastapi.responses import JSONResponse
 
 from coordinator.barrier import BarrierState
 from coordinator.lifecycle import Coordinator
+from grouping.model import JobModel
 from grouping.serde import container_model_to_json
 from service import deps
 from service.auth import require_worker
@@ -30,8 +32,8 @@ def _etag_version(value: str | None) -> int | None:
     return int(raw)
 
 
-@router.get("/jobmodel", responses={304: {"description": "nothing newer"},
-                                     404: {"model": ErrorBody}})
+@router.get("/jobmodel", dependencies=[Depends(require_worker)],
+            responses={304: {"description": "nothing newer"}, 404: {"model": ErrorBody}})
 async def get_job_model(
     coordinator: Coord,
     settings: Annotated[Settings, Depends(deps.settings)],
@@ -56,16 +58,32 @@ async def get_job_model(
     barrier_changed = (barrier is not None and since == latest.version and state is not barrier)
     if known is not None and latest.version <= known and not barrier_changed:
         return Response(status_code=304, headers={"ETag": f'"{latest.version}"'})
-    containers = latest.containers
-    if processor_id is not None:
-        containers = {pid: c for pid, c in containers.items() if pid == processor_id}
-    body: dict[str, Any] = {
-        "version": latest.version,
-        "barrier": state.value,
-        "config": dict(latest.config),
-        "containers": {pid: container_model_to_json(c) for pid, c in containers.items()},
-    }
-    return JSONResponse(body, headers={"ETag": f'"{latest.version}"'})
+    rendered = latest.memo("api-json", _render_containers)
+    if processor_id is None:
+        containers = rendered.everything
+    else:
+        one = rendered.by_processor.get(processor_id)
+        containers = "{}" if one is None else "{" + json.dumps(processor_id) + ":" + one + "}"
+    body = ('{"version":' + str(latest.version) + ',"barrier":' + json.dumps(state.value)
+            + ',"config":' + json.dumps(dict(latest.config)) + ',"containers":' + containers
+            + "}")
+    return Response(body, media_type="application/json",
+                    headers={"ETag": f'"{latest.version}"'})
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    everything: str
+    by_processor: dict[str, str]
+
+
+def _render_containers(model: JobModel) -> _Rendered:
+    """Container JSON of a version, rendered once: a 100k-task model is megabytes of JSON,
+    and every worker fetches it (or its own part) after each publication."""
+    parts = {pid: json.dumps(container_model_to_json(c), separators=(",", ":"))
+             for pid, c in model.containers.items()}
+    everything = "{" + ",".join(json.dumps(pid) + ":" + text for pid, text in parts.items()) + "}"
+    return _Rendered(everything, parts)
 
 
 @router.post("/jobmodel/{version}/ack", dependencies=[Depends(require_worker)],

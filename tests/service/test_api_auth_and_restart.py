@@ -32,6 +32,10 @@ def test_tokens_guard_worker_and_operator_routes(start_server: StartServer) -> N
         assert worker.post("/checkpoints/reset", json={
             "ssp": {"system": "kafka", "stream": "orders", "partition": 0},
             "offset": "1"}).status_code == 403
+        assert anon.get("/jobmodel").status_code == 401  # assignments are workers' business
+        assert anon.get("/jobmodel", headers={"If-None-Match": '"0"'}).status_code == 401
+        assert anon.get("/checkpoints").status_code == 401
+        assert worker.get("/jobmodel").status_code in (200, 404)
         assert anon.get("/status").status_code == 200  # read-only observability stays open
 
 

@@ -50,8 +50,10 @@ def scale(c: httpx.Client, workers: list[SimWorker], factor: int, since: int) ->
     return dict(model)
 
 
-def test_scale_1_2_4_2_resolves_checkpoints_by_the_rule(start_server: StartServer) -> None:
-    server = start_server(*ARGS)
+def test_scale_1_2_4_2_resolves_checkpoints_by_the_rule(
+    start_server: StartServer, store_url: str
+) -> None:
+    server = start_server(*ARGS, "--store", store_url)
     with server.client() as c:
         workers, m1 = setup_two_workers(c)
         assert commit(c, m1, "Partition 0", 100).json() == {"committed": 1, "advanced": 1}

@@ -174,3 +174,16 @@ def test_ack_errors(start_server: StartServer) -> None:
         extra = c.post(f"/jobmodel/{version}/ack", json={"processorId": "w1", "x": 1})
         assert extra.status_code == 422
         assert extra.json()["error"] == "invalid_request"
+
+
+def test_json_logs_name_the_rebalance_reason_and_version(start_server: StartServer) -> None:
+    import json
+
+    server = start_server(*FAST, "--log-json")
+    with server.client() as c:
+        SimWorker(c, "w1", "host-a").register()
+        wait_for_version(c, 0)
+    server.stop()
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    published = [x for x in lines if x["message"].startswith("published job model version 1")]
+    assert published and published[0]["reason"] == "join" and published[0]["version"] == 1

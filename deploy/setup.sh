@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what Coxswain and its test suite need: Python packages into .venv and, for the
+# tests, Debian's PostgreSQL server binaries (started by the tests themselves).
+#
+#   ./deploy/setup.sh          # runtime only (the embedded default needs nothing else)
+#   ./deploy/setup.sh --dev    # + dev tools and the services the tests start
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+"$PYTHON" - <<'PY'
+import sys
+if sys.version_info < (3, 11):
+    sys.exit(f"Coxswain needs Python >= 3.11, this is {sys.version.split()[0]}")
+PY
+
+if [ ! -x .venv/bin/python ]; then
+    echo "==> creating .venv" >&2
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+
+if [ "${1:-}" = "--dev" ]; then
+    echo "==> installing coxswain with its dev tools into .venv" >&2
+    .venv/bin/python -m pip install --quiet -e '.[dev]'
+    if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+        echo "==> installing Debian's postgresql (server binaries for the tests)" >&2
+        if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+    fi
+else
+    echo "==> installing coxswain into .venv" >&2
+    .venv/bin/python -m pip install --quiet -e .
+fi

@@ -1,0 +1,82 @@
+"""The SQL checkpoint store on SQLite and PostgreSQL: monotonic commits, resets, GC."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine
+
+from checkpoint.model import BucketKey, ResetPolicy
+from checkpoint.store.sql import SqlCheckpointStore, TaskCheckpointMeta
+from grouping.model import SSP
+from service.database import make_engine, upgrade
+
+P0, P1 = SSP("kafka", "in", 0), SSP("kafka", "in", 1)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlCheckpointStore]:
+    engine: Engine = make_engine(store_url)
+    upgrade(engine)
+    yield SqlCheckpointStore(engine)
+    engine.dispose()
+
+
+def commit(store: SqlCheckpointStore, entries: dict[BucketKey, int], version: int = 1) -> int:
+    return store.commit(entries, {}, job_model_version=version, processor_id="w1").advanced
+
+
+def test_commit_is_monotonic(store: SqlCheckpointStore) -> None:
+    a, b = BucketKey(P0, 2, 0), BucketKey(P0, 2, 1)
+    assert commit(store, {a: 10, b: 5}) == 2
+    assert commit(store, {a: 7, b: 9}) == 1
+    assert store.read_entries([P0]) == {a: 10, b: 9}
+    assert store.read_entries([P1]) == {}
+
+
+def test_task_meta_round_trips(store: SqlCheckpointStore) -> None:
+    store.commit({BucketKey(P0, 1, 0): 1},
+                 {"Partition 0": TaskCheckpointMeta("1-2", {"blob": {"s": "m"}})},
+                 job_model_version=3, processor_id="w9")
+    meta = store.read_task_meta(["Partition 0", "nope"])
+    assert meta == {"Partition 0": TaskCheckpointMeta("1-2", {"blob": {"s": "m"}})}
+
+
+def test_reset_moves_back_and_policy_resets_are_remembered(store: SqlCheckpointStore) -> None:
+    commit(store, {BucketKey(P0, 2, 0): 100, BucketKey(P0, 2, 1): 90})
+    store.reset(P0, 5)
+    assert store.read_entries([P0]) == {BucketKey(P0, 1, 0): 5}
+    store.reset(P0, ResetPolicy.LATEST)
+    assert store.read_entries([P0]) == {}
+    assert store.read_resets([P0, P1]) == {P0: ResetPolicy.LATEST}
+
+
+def test_garbage_collection_deletes_only_dominated_entries(store: SqlCheckpointStore) -> None:
+    commit(store, {BucketKey(P0, 4, 1): 50, BucketKey(P0, 4, 3): 80, BucketKey(P0, 2, 1): 60})
+    assert store.collect_garbage([P0]) == 1
+    assert store.read_entries([P0]) == {BucketKey(P0, 4, 3): 80, BucketKey(P0, 2, 1): 60}
+
+
+def test_concurrent_commits_keep_the_maximum(store: SqlCheckpointStore) -> None:
+    keys = [BucketKey(P0, 8, b) for b in range(8)]
+    best: dict[BucketKey, int] = {}
+    lock = threading.Lock()
+
+    def writer(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(20):
+            batch = {k: rnd.randrange(1000) for k in rnd.sample(keys, 4)}
+            commit(store, batch)
+            with lock:
+                for k, o in batch.items():
+                    best[k] = max(best.get(k, -1), o)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.read_entries([P0]) == best

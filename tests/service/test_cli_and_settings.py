@@ -1,0 +1,112 @@
+"""The coxswain CLI against a running server, db migrations, settings precedence, logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.barrier import Barrier, BarrierState
+from service.logs import JsonFormatter
+from service.settings import Settings, SettingsError, parse_input
+from tests.service.conftest import StartServer
+from tests.service.workers import SimWorker, wait_for_version
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True,
+                          text=True, timeout=60, check=False, env=env)
+
+
+def test_status_processors_and_scale_print_tables(start_server: StartServer) -> None:
+    server = start_server("--input", "kafka.orders:4", "--debounce-ms", "50",
+                          "--admin-token", "adm", "--worker-token", "wrk")
+    with server.client("wrk") as c:
+        SimWorker(c, "w1", "host-a").register()
+        wait_for_version(c, 0)
+    status = cli("status", "--url", server.url)
+    assert status.returncode == 0, status.stderr
+    assert "PROCESSOR" in status.stdout and "w1" in status.stdout
+    assert "latest version 1" in status.stdout
+    processors = cli("processors", "--url", server.url)
+    assert "host-a" in processors.stdout
+    refused = cli("scale", "4", "--url", server.url, "--token", "wrk")
+    assert refused.returncode != 0
+    assert "forbidden" in refused.stderr
+    scaled = cli("scale", "4", "--url", server.url, "--token", "adm")
+    assert scaled.returncode == 0, scaled.stderr
+    assert "job model version 2" in scaled.stdout
+    bad = cli("scale", "3", "--url", server.url, "--token", "adm")
+    assert "invalid_elasticity_factor" in bad.stderr
+    as_json = json.loads(cli("status", "--url", server.url, "--json").stdout)
+    assert as_json["elasticityFactor"] == 4
+
+
+def test_client_commands_say_when_no_server_answers() -> None:
+    result = cli("status", "--url", "http://127.0.0.1:9")
+    assert result.returncode != 0
+    assert "cannot reach" in result.stderr
+
+
+def test_db_upgrade_and_downgrade_commands(tmp_path: Path) -> None:
+    up = cli("db", "upgrade", "--data-dir", str(tmp_path))
+    assert "revision 0002" in up.stdout, up.stderr
+    down = cli("db", "downgrade", "--data-dir", str(tmp_path))
+    assert "revision 0001" in down.stdout, down.stderr
+
+
+def test_settings_precedence_flags_env_file_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("lease-ttl-ms: 5000\ndebounce_ms: 300\ninput: [kafka.a:2]\n")
+    monkeypatch.setenv("COXSWAIN_DEBOUNCE_MS", "400")
+    s = Settings(config_file=yaml_file)
+    assert (s.lease_ttl_ms, s.debounce_ms, s.input) == (5000, 400, ["kafka.a:2"])
+    s = Settings(config_file=yaml_file, debounce_ms=500)
+    assert s.debounce_ms == 500
+    toml_file = tmp_path / "c.toml"
+    toml_file.write_text('grouper = "GroupBySystemStreamPartition"\nnum_standbys = 1\n')
+    s = Settings(config_file=toml_file)
+    assert (s.grouper, s.num_standbys, s.barrier_timeout_ms) == (
+        "GroupBySystemStreamPartition", 1, 30_000)
+
+
+def test_bad_settings_are_refused_with_a_reason(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"SYSTEM\.STREAM:PARTITIONS"):
+        parse_input("orders:8")
+    with pytest.raises(SettingsError, match="positive integer"):
+        parse_input("kafka.orders:0")
+    result = cli("serve", "--input", "kafka.orders", "--data-dir", str(tmp_path))
+    assert result.returncode != 0 and "SYSTEM.STREAM:PARTITIONS" in result.stderr
+    result = cli("serve", "--elasticity-factor", "6", "--data-dir", str(tmp_path))
+    assert "power of two" in result.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text("this is = = not toml")
+    result = cli("serve", "--config", str(broken), "--data-dir", str(tmp_path))
+    assert result.returncode != 0 and "not valid" in result.stderr
+
+
+def test_json_logs_carry_reason_and_version() -> None:
+    record = logging.LogRecord("coxswain.coordinator", logging.INFO, __file__, 1,
+                               "published job model version %d", (7,), None)
+    record.reason = "scale"
+    record.version = 7
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "published job model version 7"
+    assert (line["reason"], line["version"], line["level"]) == ("scale", 7, "INFO")
+
+
+def test_barrier_state_machine() -> None:
+    b = Barrier(3, BarrierState.PENDING, frozenset({"a", "b"}), frozenset(), 0.0)
+    b = b.ack("a", 1.0)
+    assert b.state is BarrierState.PENDING and b.silent == {"b"}
+    done = b.ack("b", 2.0)
+    assert done.state is BarrierState.DONE and done.ended_at == 2.0
+    assert done.time_out(3.0) == done
+    assert b.time_out(3.0).state is BarrierState.TIMED_OUT
+    assert Barrier.from_bytes(done.to_bytes()) == done
