@@ -188,3 +188,11 @@ class SspStart:
     ssp: SystemStreamPartition
     start: StartOffset
     skip_below: tuple[SkipWatermark, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCheckpointMeta:
+    """The v2 part of a task's checkpoint: its id and state checkpoint markers."""
+
+    checkpoint_id: str | None
+    state_checkpoint_markers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

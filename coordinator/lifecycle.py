@@ -119,8 +119,13 @@ class Coordinator:
         leader: LeaderRole,
         clock: Clock,
         observer: LifecycleObserver | None = None,
+        prepare: Callable[[JobModel], object] | None = None,
     ) -> None:
+        """``prepare`` runs on each new job model in a worker thread before it is published
+        (the service renders its JSON there), so waiters woken by the publication are
+        answered at once instead of queueing behind megabytes of rendering."""
         self.config = config
+        self._prepare = prepare
         self._store = store
         self._leader = leader
         self._clock = clock
@@ -368,13 +373,18 @@ class Coordinator:
             inputs = self._inputs
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
-        generated = await asyncio.to_thread(
-            generate_job_model, version, inputs, grouper_by_name(self.config.grouper),
-            factor, processors,
-            previous=previous, task_locality=locality, task_lags=lags,
-            stateful=self.config.stateful, params=self.config.assignment,
-            max_elasticity_factor=self.config.max_elasticity_factor,
-        )
+        def generate() -> GeneratedJobModel:
+            generated = generate_job_model(
+                version, inputs, grouper_by_name(self.config.grouper), factor, processors,
+                previous=previous, task_locality=locality, task_lags=lags,
+                stateful=self.config.stateful, params=self.config.assignment,
+                max_elasticity_factor=self.config.max_elasticity_factor,
+            )
+            if self._prepare is not None:
+                self._prepare(generated.job_model)
+            return generated
+
+        generated = await asyncio.to_thread(generate)
         async with self._lock:
             return await self._publish(reason, previous, generated,
                                        time.perf_counter() - started)

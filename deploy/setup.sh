@@ -23,11 +23,17 @@ fi
 if [ "${1:-}" = "--dev" ]; then
     echo "==> installing coxswain with its dev tools into .venv" >&2
     .venv/bin/python -m pip install --quiet -e '.[dev]'
-    if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-        echo "==> installing Debian's postgresql (server binaries for the tests)" >&2
+    # Debian packages of the services the tests start themselves (and wrk for bench/api.py)
+    missing=()
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+    [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+    command -v wrk >/dev/null || missing+=(wrk)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "==> installing Debian packages: ${missing[*]}" >&2
         if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
         $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >/dev/null
     fi
 else
     echo "==> installing coxswain into .venv" >&2

@@ -70,7 +70,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         store = SqlMetadataStore(engine)
         metrics = Metrics()
         coordinator = Coordinator(coordinator_config(settings), store,
-                                  EmbeddedLeader(settings.replica_id), clock, metrics)
+                                  EmbeddedLeader(settings.replica_id), clock, metrics,
+                                  prepare=jobmodel.prerender)
         app.state.settings = settings
         app.state.metadata_store = store
         app.state.checkpoints = SqlCheckpointStore(engine)

@@ -5,10 +5,19 @@ Requests refuse unknown fields (a typo must not silently do nothing); responses 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    TypeAdapter,
+    field_validator,
+    with_config,
+)
 from pydantic.alias_generators import to_camel
+from typing_extensions import TypedDict
 
 from grouping.model import SystemStreamPartition
 
@@ -110,27 +119,70 @@ class BarrierResponse(Response):
     barrier: str
 
 
-class OffsetEntry(Request):
+# POST /checkpoints is the hottest write (a thousand key buckets per request, many
+# requests a second): its body is validated straight from bytes into TypedDicts, about
+# three times faster than json.loads plus nested BaseModels, with the same rules. Their
+# keys are the camelCase wire names.
+_WIRE = ConfigDict(extra="forbid", str_strip_whitespace=True)
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+
+
+@with_config(_WIRE)
+class SspJson(TypedDict):
+    """An SSP on the wire; ``keyBucket`` -1 or absent = the whole partition."""
+
+    system: Id
+    stream: Id
+    partition: Annotated[StrictInt, Field(ge=0)]
+    keyBucket: NotRequired[Annotated[StrictInt, Field(ge=-1)]]
+
+
+@with_config(_WIRE)
+class OffsetEntry(TypedDict):
     """One SSP(Kb) and the next offset to read (a decimal string)."""
 
-    ssp: SspBody
-    offset: str = Field(min_length=1, max_length=32)
+    ssp: SspJson
+    offset: Annotated[str, Field(min_length=1, max_length=32)]
 
 
-class TaskCheckpointBody(Request):
+@with_config(_WIRE)
+class TaskCheckpointBody(TypedDict):
     """One task's checkpoint in a commit."""
 
-    input_offsets: list[OffsetEntry] = Field(min_length=1)
-    checkpoint_id: str | None = Field(None, max_length=64)
-    state_checkpoint_markers: dict[str, dict[str, str]] | None = None
+    inputOffsets: Annotated[list[OffsetEntry], Field(min_length=1)]
+    checkpointId: NotRequired[Annotated[str | None, Field(max_length=64)]]
+    stateCheckpointMarkers: NotRequired[dict[str, dict[str, str]] | None]
 
 
-class CommitRequest(Request):
+@with_config(_WIRE)
+class CommitRequest(TypedDict):
     """``POST /checkpoints``."""
 
-    processor_id: str = Field(min_length=1, max_length=MAX_ID)
-    job_model_version: StrictInt = Field(ge=1)
-    checkpoints: dict[str, TaskCheckpointBody] = Field(min_length=1)
+    processorId: Id
+    jobModelVersion: Annotated[StrictInt, Field(ge=1)]
+    checkpoints: Annotated[dict[str, TaskCheckpointBody], Field(min_length=1)]
+
+
+COMMIT_REQUEST = TypeAdapter(CommitRequest)
+
+
+def inline_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
+    """``adapter``'s JSON schema with its ``$defs`` inlined, for a route's
+    ``openapi_extra`` (OpenAPI resolves ``$ref`` from the document root, not the schema)."""
+    schema = adapter.json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return dict(resolve(schema))
 
 
 class CommitResponse(Response):

@@ -14,8 +14,8 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -36,8 +36,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
+from checkpoint.commit import EntryRow
 from checkpoint.errors import CheckpointError
-from checkpoint.model import BucketKey, ResetPolicy
+from checkpoint.model import BucketKey, ResetPolicy, TaskCheckpointMeta
 from checkpoint.resolution import dominated
 from grouping.model import SystemStreamPartition
 
@@ -89,14 +90,6 @@ class CheckpointStoreUnavailable(CheckpointError):
     """The checkpoint database cannot be reached."""
 
     code = "store_unavailable"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskCheckpointMeta:
-    """The v2 part of a task's checkpoint: its id and state checkpoint markers."""
-
-    checkpoint_id: str | None
-    state_checkpoint_markers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +155,24 @@ class SqlCheckpointStore:
         checkpoint_ids: Mapping[BucketKey, str | None] | None = None,
     ) -> CommitResult:
         """Write a commit in one transaction; an entry only ever moves forward."""
+        ids = checkpoint_ids or {}
+        rows: list[EntryRow] = sorted(
+            (k.ssp.system, k.ssp.stream, k.ssp.partition, k.factor, k.bucket, o, ids.get(k))
+            for k, o in entries.items())
+        return self.write(rows, task_meta, job_model_version=job_model_version,
+                          processor_id=processor_id)
+
+    def write(
+        self,
+        rows: Sequence[EntryRow],
+        task_meta: Mapping[str, TaskCheckpointMeta],
+        *,
+        job_model_version: int,
+        processor_id: str,
+    ) -> CommitResult:
+        """``commit`` for rows already checked by ``checkpoint.commit.build_commit`` (one
+        row per key space, sorted by key)."""
         now = time.time()
-        rows = [
-            {"system": k.ssp.system, "stream": k.ssp.stream, "partition": k.ssp.partition,
-             "factor": k.factor, "bucket": k.bucket, "offset": o,
-             "checkpoint_id": (checkpoint_ids or {}).get(k), "job_model_version":
-             job_model_version, "processor_id": processor_id, "updated_at": now}
-            for k, o in sorted(entries.items())
-        ]
         meta_rows = [
             {"task_name": name, "checkpoint_id": m.checkpoint_id,
              "state_checkpoint_markers": json.dumps(
@@ -179,7 +182,8 @@ class SqlCheckpointStore:
             for name, m in sorted(task_meta.items())
         ]
         with self._begin() as conn:
-            advanced = self._upsert_monotonic(conn, rows) if rows else 0
+            advanced = (self._upsert_monotonic(conn, rows, job_model_version, processor_id, now)
+                        if rows else 0)
             if meta_rows:
                 t2 = task_checkpoints
                 stmt2 = self._insert(t2)
@@ -190,7 +194,7 @@ class SqlCheckpointStore:
                         "processor_id", "updated_at")},
                 )
                 conn.execute(stmt2, meta_rows)
-        return CommitResult(advanced, len(entries) - advanced)
+        return CommitResult(advanced, len(rows) - advanced)
 
     def reset(self, partition: SystemStreamPartition, offset: int | ResetPolicy) -> None:
         """Forget every entry of ``partition`` and start it at ``offset`` (admin only:
@@ -237,7 +241,10 @@ class SqlCheckpointStore:
 
     # -- helpers
 
-    def _upsert_monotonic(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
+    def _upsert_monotonic(
+        self, conn: Connection, rows: Sequence[EntryRow], job_model_version: int,
+        processor_id: str, now: float,
+    ) -> int:
         """Insert or move forward every row; returns how many changed (a row whose offset
         would not advance is left alone and not counted).
 
@@ -245,8 +252,7 @@ class SqlCheckpointStore:
         parameter handling costs more than the database's work. PostgreSQL gets one
         statement over arrays (one round trip); SQLite, which runs in-process, executemany.
         """
-        cols = _ENTRY_COLUMNS
-        quoted = ", ".join(f'"{c}"' for c in cols)  # "offset" is reserved in PostgreSQL
+        quoted = ", ".join(f'"{c}"' for c in _ENTRY_COLUMNS)  # "offset" is reserved in PG
         upsert = (
             'ON CONFLICT (system, stream, partition, factor, bucket) DO UPDATE SET '
             '"offset" = excluded."offset", checkpoint_id = excluded.checkpoint_id, '
@@ -259,17 +265,20 @@ class SqlCheckpointStore:
         cursor = raw.cursor()
         try:
             if self._dialect == "postgresql":
-                arrays = [[row[c] for row in rows] for c in cols]
+                # the commit-wide columns are bound once, not repeated per row
+                arrays = [list(column) for column in zip(*rows, strict=True)]
                 cursor.execute(
-                    f"INSERT INTO checkpoint_entries ({quoted}) SELECT * FROM unnest("
+                    f"INSERT INTO checkpoint_entries ({quoted}) SELECT s, st, p, f, b, o, c, "
+                    "%s::bigint, %s::varchar, %s::float8 FROM unnest("
                     "%s::varchar[], %s::varchar[], %s::int[], %s::int[], %s::int[], "
-                    "%s::bigint[], %s::varchar[], %s::bigint[], %s::varchar[], "
-                    f"%s::float8[]) {upsert}", arrays)
+                    f"%s::bigint[], %s::varchar[]) AS u(s, st, p, f, b, o, c) {upsert}",
+                    [job_model_version, processor_id, now, *arrays])
             elif self._dialect == "sqlite":
+                tail = (job_model_version, processor_id, now)
                 cursor.executemany(
                     f"INSERT INTO checkpoint_entries ({quoted}) VALUES "
-                    f"({', '.join('?' * len(cols))}) {upsert}",
-                    [tuple(row[c] for c in cols) for row in rows])
+                    f"({', '.join('?' * len(_ENTRY_COLUMNS))}) {upsert}",
+                    [row + tail for row in rows])
             else:
                 raise CheckpointError(f"unsupported database dialect {self._dialect!r}")
             return max(0, int(cursor.rowcount))

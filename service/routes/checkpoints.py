@@ -7,13 +7,15 @@ import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
-from checkpoint.errors import CheckpointError, CheckpointFormatError
-from checkpoint.model import BucketKey, CheckpointId, parse_offset, parse_start_offset
+from checkpoint.commit import build_commit, commit_index
+from checkpoint.model import BucketKey, TaskCheckpointMeta, parse_start_offset
 from checkpoint.resolution import entries_by_partition, resolve_ssp_start
 from checkpoint.serde import offset_to_json, skip_watermarks_to_json
-from checkpoint.store.sql import SqlCheckpointStore, TaskCheckpointMeta
+from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
 from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel, TaskModel
@@ -22,7 +24,13 @@ from service import deps
 from service.auth import require_admin, require_worker
 from service.errors import ApiError
 from service.metrics import Metrics
-from service.schemas import CommitRequest, CommitResponse, ErrorBody, ResetRequest
+from service.schemas import (
+    COMMIT_REQUEST,
+    CommitResponse,
+    ErrorBody,
+    ResetRequest,
+    inline_schema,
+)
 
 router = APIRouter(tags=["checkpoints"])
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
@@ -93,52 +101,34 @@ async def read_checkpoints(
 
 @router.post("/checkpoints", dependencies=[Depends(require_worker)],
              responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody},
-                        409: {"model": ErrorBody}})
+                        409: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": inline_schema(COMMIT_REQUEST)}}}})
 async def commit_checkpoints(
-    body: CommitRequest, coordinator: Coord, store: Store, metrics: Stats,
+    request: Request, coordinator: Coord, store: Store, metrics: Stats,
 ) -> CommitResponse:
     """Commit per-key-bucket offsets; 409 ``fenced`` unless the processor owns every task as
     active in the active job model. Offsets never move backwards."""
-    coordinator.membership.require(body.processor_id)
     try:
-        model = await coordinator.check_commit(
-            body.processor_id, body.job_model_version, list(body.checkpoints))
+        body = COMMIT_REQUEST.validate_json(await request.body())
+    except ValidationError as e:
+        raise RequestValidationError(e.errors(include_url=False)) from None
+    processor_id, version = body["processorId"], body["jobModelVersion"]
+    coordinator.membership.require(processor_id)
+    try:
+        model = await coordinator.check_commit(processor_id, version, list(body["checkpoints"]))
     except Fenced:
         metrics.fenced_commits.inc()
         raise
-    tasks = _tasks_of(model)
-    entries: dict[BucketKey, int] = {}
-    meta: dict[str, TaskCheckpointMeta] = {}
-    ids: dict[BucketKey, str | None] = {}
-    for name, cp in body.checkpoints.items():
-        task = tasks[name]
-        allowed = set(task.ssps)
-        seen = set()
-        checkpoint_id = None
-        if cp.checkpoint_id is not None:
-            checkpoint_id = str(CheckpointId.parse(cp.checkpoint_id))
-        for entry in cp.input_offsets:
-            ssp = entry.ssp.to_ssp()
-            if ssp not in allowed:
-                raise CheckpointError(f"task {name!r} does not read {ssp}")
-            if ssp in seen:
-                raise CheckpointError(f"task {name!r}: {ssp} appears twice")
-            seen.add(ssp)
-            try:
-                offset = parse_offset(entry.offset)
-            except CheckpointFormatError as e:
-                raise CheckpointFormatError(f"task {name!r}, {ssp}: {e}") from e
-            key = BucketKey.of_ssp(ssp, model.elasticity_factor)
-            entries[key] = offset
-            ids[key] = checkpoint_id
-        if checkpoint_id is not None or cp.state_checkpoint_markers:
-            meta[name] = TaskCheckpointMeta(checkpoint_id, cp.state_checkpoint_markers or {})
+    index = model.memo("commit-index",
+                       lambda m: commit_index(_tasks_of(m).values(), m.elasticity_factor))
+    batch = build_commit(body["checkpoints"], index)
     result = await asyncio.to_thread(
-        store.commit, entries, meta, job_model_version=body.job_model_version,
-        processor_id=body.processor_id, checkpoint_ids=ids)
+        store.write, batch.rows, batch.task_meta, job_model_version=version,
+        processor_id=processor_id)
     metrics.checkpoint_commits.inc()
-    metrics.checkpoint_buckets.inc(len(entries))
-    return CommitResponse(committed=len(entries), advanced=result.advanced)
+    metrics.checkpoint_buckets.inc(len(batch.rows))
+    return CommitResponse(committed=len(batch.rows), advanced=result.advanced)
 
 
 @router.post("/checkpoints/reset", dependencies=[Depends(require_admin)],

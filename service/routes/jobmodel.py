@@ -58,7 +58,7 @@ async def get_job_model(
     barrier_changed = (barrier is not None and since == latest.version and state is not barrier)
     if known is not None and latest.version <= known and not barrier_changed:
         return Response(status_code=304, headers={"ETag": f'"{latest.version}"'})
-    rendered = latest.memo("api-json", _render_containers)
+    rendered = prerender(latest)
     if processor_id is None:
         containers = rendered.everything
     else:
@@ -69,6 +69,12 @@ async def get_job_model(
             + "}")
     return Response(body, media_type="application/json",
                     headers={"ETag": f'"{latest.version}"'})
+
+
+def prerender(model: JobModel) -> _Rendered:
+    """The API JSON of ``model``'s containers, rendered once per version and memoized on
+    the (immutable) model; the coordinator calls this off the event loop before publishing."""
+    return model.memo("api-json", _render_containers)
 
 
 @dataclass(frozen=True, slots=True)

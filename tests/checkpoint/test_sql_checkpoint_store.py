@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine
 
-from checkpoint.model import BucketKey, ResetPolicy
-from checkpoint.store.sql import SqlCheckpointStore, TaskCheckpointMeta
+from checkpoint.model import BucketKey, ResetPolicy, TaskCheckpointMeta
+from checkpoint.store.sql import SqlCheckpointStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
 
