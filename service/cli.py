@@ -45,6 +45,8 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--reset-policy", {"choices": ["earliest", "latest"],
                         "help": "where key spaces without checkpoints start"}),
     ("--max-body-bytes", {"type": int, "help": "request body limit (8 MiB)"}),
+    ("--max-wait-ms", {"type": int, "help": "longest long poll a client may ask for (60000)"}),
+    ("--keep-job-models", {"type": int, "help": "job model versions kept in the store (10)"}),
     ("--worker-token", {"help": "bearer token of worker routes"}),
     ("--admin-token", {"help": "bearer token of operator routes"}),
     ("--insecure", {"action": "store_true",
