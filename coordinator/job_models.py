@@ -74,7 +74,7 @@ class JobModelRepository:
     def _prune(self, newest: int) -> None:
         # The active version is kept even when older than the window: fencing reads it.
         active = self.active_version()
-        for key in self._store.list(MODELS):
+        for key in self._store.keys(MODELS):
             version = int(key)
             if version <= newest - self._keep_last and version != active:
                 self._store.delete(MODELS, key)

@@ -19,6 +19,7 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.infra.postgres import PostgresServer  # noqa: E402
+from tests.infra.zookeeper import ZooKeeperEnsemble  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +37,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
         return f"sqlite:///{tmp_path}/store.db"
     server: PostgresServer = request.getfixturevalue("postgres")
     return server.create_database()
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[ZooKeeperEnsemble]:
+    """One real single-server ZooKeeper for the whole run, stopped at the end."""
+    ensemble = ZooKeeperEnsemble.start(1)
+    yield ensemble
+    ensemble.stop()

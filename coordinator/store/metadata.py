@@ -8,7 +8,7 @@ compare-and-set possible (the job-model version counter relies on it). Implement
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +18,16 @@ class Versioned:
     """A stored value and its version (1 for the first write of a key)."""
 
     value: bytes
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A key that must still be at ``version`` when a compare-and-set commits, checked in
+    the same atomic step: the leader's epoch, so that a deposed leader cannot publish."""
+
+    namespace: str
+    key: str
     version: int
 
 
@@ -40,15 +50,27 @@ class MetadataStore(Protocol):
         """Remove ``key``; True if it existed."""
         ...
 
+    def keys(self, namespace: str) -> list[str]:
+        """The keys of ``namespace``, sorted (without reading the values)."""
+        ...
+
     def list(self, namespace: str) -> dict[str, Versioned]:
         """Every key of ``namespace`` with its value."""
         ...
 
     def compare_and_set(
-        self, namespace: str, key: str, value: bytes, expected_version: int | None
+        self, namespace: str, key: str, value: bytes, expected_version: int | None,
+        fence: Fence | None = None,
     ) -> int | None:
         """Write ``value`` only if the key's version is ``expected_version`` (None: the key
-        must not exist). Returns the new version, or None when the check failed."""
+        must not exist) and ``fence`` (if given) still holds. Returns the new version, or
+        None when a check failed."""
+        ...
+
+    def watch(self, namespace: str, key: str, callback: Callable[[], bool | None]) -> None:
+        """Call ``callback`` now and whenever another process may have changed the key,
+        until it returns False. It runs on the store's own thread and must not block.
+        (A store with a single writer, like the embedded SQL one, calls it once.)"""
         ...
 
     def ping(self) -> None:

@@ -6,8 +6,9 @@ single statements or one transaction each, so a failed call writes nothing.
 
 from __future__ import annotations
 
+import builtins
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy import (
@@ -31,7 +32,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from coordinator.errors import StoreUnavailable
-from coordinator.store.metadata import Versioned
+from coordinator.store.metadata import Fence, Versioned
 
 metadata = MetaData()
 
@@ -110,13 +111,28 @@ class SqlMetadataStore:
             )
             return {row.key: Versioned(bytes(row.value), int(row.version)) for row in rows}
 
+    def keys(self, namespace: str) -> builtins.list[str]:
+        """The keys of ``namespace``, sorted."""
+        t = metadata_entries
+        with self._connect() as conn:
+            return list(conn.execute(select(t.c.key).where(t.c.namespace == namespace)
+                                     .order_by(t.c.key)).scalars())
+
     def compare_and_set(
-        self, namespace: str, key: str, value: bytes, expected_version: int | None
+        self, namespace: str, key: str, value: bytes, expected_version: int | None,
+        fence: Fence | None = None,
     ) -> int | None:
-        """Write only if the key is at ``expected_version`` (None: absent); new version or None."""
+        """Write only if the key is at ``expected_version`` (None: absent) and ``fence``
+        holds, in one transaction; the new version, or None."""
         t = metadata_entries
         try:
             with self._begin() as conn:
+                if fence is not None:
+                    held = conn.execute(select(t.c.version).where(and_(
+                        t.c.namespace == fence.namespace, t.c.key == fence.key))
+                        .with_for_update()).scalar()
+                    if held != fence.version:
+                        return None
                 if expected_version is None:
                     conn.execute(insert(t).values(namespace=namespace, key=key, value=value,
                                                   version=1, updated_at=time.time()))
@@ -128,6 +144,10 @@ class SqlMetadataStore:
                 return expected_version + 1 if result.rowcount == 1 else None
         except IntegrityError:
             return None
+
+    def watch(self, namespace: str, key: str, callback: Callable[[], bool | None]) -> None:
+        """Call ``callback`` once: this process is the only writer of an embedded store."""
+        callback()
 
     def ping(self) -> None:
         """Raise StoreUnavailable if the database cannot be reached."""

@@ -1,0 +1,353 @@
+"""The MetadataStore on ZooKeeper (kazoo): one znode per key, versions from znode versions.
+
+Layout under the job's root (``/coxswain/{job}`` unless a chroot or root is given):
+``/{namespace}/{key}`` holds the value; the store version is the znode version + 1 (so a
+fresh key is at version 1, as in every MetadataStore). Keys are percent-quoted where ZooKeeper
+would misread them (``/``, a leading ``.``).
+
+Values over ``chunk_bytes`` (ZooKeeper refuses requests over ~1 MB) are written as chunks
+under ``/_chunks/{namespace}/{key}/{write id}-{n}`` first; the key's znode then gets a small
+manifest (write id, chunk count, size, SHA-256), so the key changes atomically with the
+manifest write. A reader checks the checksum and retries if a concurrent writer replaced
+the chunks. Chunks of earlier writes are deleted after each write; a writer that crashed
+between its chunks and its manifest leaves chunks that the next write of that key removes.
+
+Compare-and-set may carry a :class:`Fence`: a znode version checked in the same ZooKeeper
+transaction, which is how a deposed leader's publication is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
+from urllib.parse import quote, unquote
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+
+from coordinator.errors import StoreUnavailable
+from coordinator.store.metadata import Fence, Versioned
+
+log = logging.getLogger("coxswain.zookeeper")
+
+DEFAULT_CHUNK_BYTES = 512 * 1024
+_MANIFEST = b"COXSWAIN-CHUNKED\n"
+_BATCH_BYTES = 512 * 1024  # per ZooKeeper transaction of put_many
+_BATCH_OPS = 500
+_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError,
+                OperationTimeoutError, KazooTimeoutError)
+
+
+def _quote(key: str) -> str:
+    quoted = quote(key, safe=" ,[]_-:()@+=")
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+
+
+@contextmanager
+def _guarded() -> Iterator[None]:
+    """ZooKeeper connection trouble surfaces as StoreUnavailable (503, retry later)."""
+    try:
+        yield
+    except _UNAVAILABLE as e:
+        raise StoreUnavailable(f"ZooKeeper unavailable: {type(e).__name__}") from e
+
+
+class ZkMetadataStore:
+    """A :class:`~coordinator.store.metadata.MetadataStore` over one kazoo client."""
+
+    def __init__(self, client: KazooClient, root: str,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        if not root.startswith("/") or root.endswith("/"):
+            raise ValueError(f"root must be an absolute znode path, got {root!r}")
+        self._zk = client
+        self.root = root
+        self._chunk_bytes = chunk_bytes
+
+    # -- paths
+
+    def path(self, namespace: str, key: str | None = None) -> str:
+        """The znode of ``namespace`` (or of one of its keys)."""
+        base = f"{self.root}/{_quote(namespace)}"
+        return base if key is None else f"{base}/{_quote(key)}"
+
+    def _chunk_dir(self, namespace: str, key: str) -> str:
+        return f"{self.root}/_chunks/{_quote(namespace)}/{_quote(key)}"
+
+    # -- MetadataStore
+
+    def get(self, namespace: str, key: str) -> Versioned | None:
+        """The value of ``key``, or None."""
+        with _guarded():
+            for _ in range(5):
+                try:
+                    data, stat = self._zk.get(self.path(namespace, key))
+                except NoNodeError:
+                    return None
+                value = self._unchunk(namespace, key, data)
+                if value is not None:
+                    return Versioned(value, stat.version + 1)
+            raise StoreUnavailable(f"{namespace}/{key}: chunks kept changing while read")
+
+    def put(self, namespace: str, key: str, value: bytes) -> int:
+        """Write ``value``; return the new version."""
+        with _guarded():
+            data, chunk_id = self._chunk(namespace, key, value)
+            path = self.path(namespace, key)
+            while True:
+                try:
+                    stat = self._zk.set(path, data)
+                    break
+                except NoNodeError:
+                    try:
+                        self._zk.create(path, data, makepath=True)
+                        stat = None
+                        break
+                    except NodeExistsError:
+                        continue
+            self._clean_chunks(namespace, key, keep=chunk_id)
+            return 1 if stat is None else stat.version + 1
+
+    def put_many(self, namespace: str, values: Mapping[str, bytes]) -> None:
+        """Write several keys, in ZooKeeper transactions of bounded size (atomic per batch,
+        not across batches: ZooKeeper caps one request at ~1 MB)."""
+        if not values:
+            return
+        with _guarded():
+            self._zk.ensure_path(self.path(namespace))
+            existing = set(self._zk.get_children(self.path(namespace)))
+            big = {k: v for k, v in values.items() if len(v) > self._chunk_bytes}
+            for key, value in big.items():
+                self.put(namespace, key, value)
+            batch = self._zk.transaction()
+            size = ops = 0
+            for key in sorted(set(values) - set(big)):
+                value = values[key]
+                quoted = _quote(key)
+                path = self.path(namespace, key)
+                if quoted in existing:
+                    batch.set_data(path, value)
+                else:
+                    batch.create(path, value)
+                size, ops = size + len(value) + len(path), ops + 1
+                if size >= _BATCH_BYTES or ops >= _BATCH_OPS:
+                    self._commit(batch)
+                    batch, size, ops = self._zk.transaction(), 0, 0
+            if ops:
+                self._commit(batch)
+
+    def _commit(self, batch: Any) -> None:
+        results = batch.commit()
+        failed = [r for r in results if isinstance(r, Exception)
+                  and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+        if failed:
+            raise StoreUnavailable(f"ZooKeeper transaction failed: {failed[0]!r}")
+
+    def delete(self, namespace: str, key: str) -> bool:
+        """Remove ``key`` (and its chunks); True if it existed."""
+        with _guarded():
+            try:
+                self._zk.delete(self.path(namespace, key))
+                existed = True
+            except NoNodeError:
+                existed = False
+            except NotEmptyError:
+                self._zk.delete(self.path(namespace, key), recursive=True)
+                existed = True
+            self._delete_tree(self._chunk_dir(namespace, key))
+            return existed
+
+    def keys(self, namespace: str) -> list[str]:
+        """The keys of ``namespace``, sorted."""
+        with _guarded():
+            try:
+                children = self._zk.get_children(self.path(namespace))
+            except NoNodeError:
+                return []
+            return sorted(unquote(c) for c in children)
+
+    def list(self, namespace: str) -> dict[str, Versioned]:
+        """Every key of ``namespace`` with its value, in key order (reads in parallel)."""
+        with _guarded():
+            keys = self.keys(namespace)
+            pending = [(k, self._zk.get_async(self.path(namespace, k))) for k in keys]
+            out: dict[str, Versioned] = {}
+            for key, result in pending:
+                try:
+                    data, stat = result.get()
+                except NoNodeError:
+                    continue  # deleted meanwhile
+                value = self._unchunk(namespace, key, data)
+                if value is None:
+                    found = self.get(namespace, key)
+                    if found is not None:
+                        out[key] = found
+                    continue
+                out[key] = Versioned(value, stat.version + 1)
+            return out
+
+    def compare_and_set(
+        self, namespace: str, key: str, value: bytes, expected_version: int | None,
+        fence: Fence | None = None,
+    ) -> int | None:
+        """Write only if the key is at ``expected_version`` (None: absent) and ``fence``
+        holds, in one ZooKeeper transaction; the new version, or None when refused."""
+        with _guarded():
+            data, chunk_id = self._chunk(namespace, key, value)
+            path = self.path(namespace, key)
+            if expected_version is None:
+                self._zk.ensure_path(self.path(namespace))
+            tx = self._zk.transaction()
+            if fence is not None:
+                tx.check(self.path(fence.namespace, fence.key), fence.version - 1)
+            if expected_version is None:
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, version=expected_version - 1)
+            results = tx.commit()
+            refused = [r for r in results if isinstance(r, Exception)]
+            if refused:
+                if chunk_id is not None:
+                    self._delete_tree(self._chunk_dir(namespace, key), only=chunk_id)
+                # ops after the failed one report RolledBack / RuntimeInconsistency
+                if not all(isinstance(r, (BadVersionError, NoNodeError, NodeExistsError,
+                                          RolledBackError, RuntimeInconsistency))
+                           for r in refused):
+                    raise StoreUnavailable(f"ZooKeeper transaction failed: {refused!r}")
+                return None
+            self._clean_chunks(namespace, key, keep=chunk_id)
+            written = results[-1]
+            if isinstance(written, ZnodeStat):
+                return int(written.version) + 1
+            return 1
+
+    def watch(self, namespace: str, key: str, callback: Callable[[], bool | None]) -> None:
+        """Call ``callback`` (in kazoo's thread; it must not block) now and whenever the key
+        changes, is created or deleted, until it returns False. Survives reconnects."""
+
+        def on_change(_data: bytes | None, _stat: ZnodeStat | None) -> bool | None:
+            try:
+                return callback()
+            except Exception:  # a watcher must not die silently with the callback
+                log.exception("metadata watch callback failed")
+                return None
+
+        self._zk.DataWatch(self.path(namespace, key), on_change)
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the client has a live session."""
+        if not self._zk.connected:
+            raise StoreUnavailable("no ZooKeeper session")
+        with _guarded():
+            self._zk.exists(self.root)
+
+    def close(self) -> None:
+        """Nothing: the kazoo client belongs to whoever created it."""
+
+    # -- chunking
+
+    def _chunk(self, namespace: str, key: str, value: bytes) -> tuple[bytes, str | None]:
+        """The znode data for ``value``: itself, or a manifest after writing its chunks."""
+        if len(value) <= self._chunk_bytes and not value.startswith(_MANIFEST):
+            return value, None
+        chunk_id = uuid.uuid4().hex[:12]
+        base = self._chunk_dir(namespace, key)
+        self._zk.ensure_path(base)
+        n = 0
+        for n, start in enumerate(range(0, len(value), self._chunk_bytes), start=1):
+            self._zk.create(f"{base}/{chunk_id}-{n - 1:05d}",
+                            value[start:start + self._chunk_bytes])
+        manifest = {"id": chunk_id, "chunks": n, "size": len(value),
+                    "sha256": hashlib.sha256(value).hexdigest()}
+        return _MANIFEST + json.dumps(manifest).encode(), chunk_id
+
+    def _unchunk(self, namespace: str, key: str, data: bytes) -> bytes | None:
+        """The value a znode's data stands for; None if its chunks changed under us."""
+        if not data.startswith(_MANIFEST):
+            return data
+        manifest = json.loads(data[len(_MANIFEST):])
+        base = self._chunk_dir(namespace, key)
+        reads = [self._zk.get_async(f"{base}/{manifest['id']}-{i:05d}")
+                 for i in range(manifest["chunks"])]
+        try:
+            value = b"".join(r.get()[0] for r in reads)
+        except NoNodeError:
+            return None
+        if len(value) != manifest["size"] or \
+                hashlib.sha256(value).hexdigest() != manifest["sha256"]:
+            log.warning("%s/%s: chunk checksum mismatch; reading again", namespace, key)
+            return None
+        return value
+
+    def _clean_chunks(self, namespace: str, key: str, keep: str | None) -> None:
+        base = self._chunk_dir(namespace, key)
+        try:
+            children = self._zk.get_children(base)
+        except NoNodeError:
+            return
+        for child in children:
+            if keep is None or not child.startswith(keep + "-"):
+                with suppress(NoNodeError):
+                    self._zk.delete(f"{base}/{child}")
+
+    def _delete_tree(self, path: str, only: str | None = None) -> None:
+        try:
+            if only is None:
+                self._zk.delete(path, recursive=True)
+                return
+            for child in self._zk.get_children(path):
+                if child.startswith(only + "-"):
+                    self._zk.delete(f"{path}/{child}")
+        except NoNodeError:
+            pass
+
+
+class ZkSession:
+    """A started kazoo client for one replica, with its session state observable."""
+
+    def __init__(self, hosts: str, session_timeout_s: float = 6.0,
+                 connect_timeout_s: float = 15.0) -> None:
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
+                                  connection_retry={"max_tries": -1, "max_delay": 1.0},
+                                  command_retry={"max_tries": 2, "max_delay": 0.5})
+        self._connect_timeout_s = connect_timeout_s
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Connect (raises StoreUnavailable if no server answers in time)."""
+        try:
+            self.client.start(timeout=self._connect_timeout_s)
+        except (KazooTimeoutError, KazooException) as e:
+            self.client.stop()
+            self.client.close()
+            raise StoreUnavailable(f"cannot reach ZooKeeper at {self.client.hosts}: {e}") from e
+
+    @property
+    def connected(self) -> bool:
+        """True while the client has a live session."""
+        return bool(self.client.connected)
+
+    def stop(self) -> None:
+        """Close the session (its ephemeral nodes go at once)."""
+        with self._lock:
+            self.client.stop()
+            self.client.close()
