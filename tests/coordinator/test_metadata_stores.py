@@ -191,7 +191,11 @@ def test_watch_fires_on_changes_from_another_client(
     root = zk_root()
     store = ZkMetadataStore(zk_client, root)
     fired: list[float] = []
-    store.watch("jobModelVersion", "latest", lambda: fired.append(time.monotonic()) and None)
+
+    def on_change() -> None:
+        fired.append(time.monotonic())
+
+    store.watch("jobModelVersion", "latest", on_change)
     other = KazooClient(hosts=zookeeper.connect_string)
     other.start(15)
     try:
