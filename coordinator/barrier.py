@@ -8,6 +8,7 @@ timeout passed; the leader then regenerates without the silent processors). Stor
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -87,8 +88,25 @@ class BarrierRepository:
         found = self._store.get(NAMESPACE, f"{version:020d}")
         return None if found is None else Barrier.from_bytes(found.value)
 
+    def update(self, version: int, change: Callable[[Barrier], Barrier]) -> Barrier | None:
+        """Apply ``change`` to the stored barrier of ``version`` with compare-and-set,
+        retrying when another replica wrote it meanwhile (acks reach any replica).
+        Returns the barrier as stored afterwards, or None if ``version`` has none."""
+        key = f"{version:020d}"
+        while True:
+            found = self._store.get(NAMESPACE, key)
+            if found is None:
+                return None
+            current = Barrier.from_bytes(found.value)
+            updated = change(current)
+            if updated == current:
+                return current
+            if self._store.compare_and_set(NAMESPACE, key, updated.to_bytes(),
+                                           found.version) is not None:
+                return updated
+
     def prune(self, keep_from: int) -> None:
         """Forget barriers of versions below ``keep_from``."""
-        for key in self._store.list(NAMESPACE):
+        for key in self._store.keys(NAMESPACE):
             if int(key) < keep_from:
                 self._store.delete(NAMESPACE, key)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import zlib
 
-from coordinator.store.metadata import MetadataStore
+from coordinator.store.metadata import Fence, MetadataStore
 from grouping.model import JobModel
 from grouping.serde import job_model_from_bytes, job_model_to_bytes
 
@@ -41,14 +41,16 @@ class JobModelRepository:
             return None
         return int(json.loads(found.value)), found.version
 
-    def publish(self, model: JobModel, pointer_version: int | None) -> bool:
+    def publish(self, model: JobModel, pointer_version: int | None,
+                fence: Fence | None = None) -> bool:
         """Store ``model`` and make it the latest, if nobody published since the caller read
-        the pointer at ``pointer_version`` (None: no model yet). False when fenced."""
+        the pointer at ``pointer_version`` (None: no model yet) and ``fence`` (the leader's
+        epoch) still holds. False when fenced."""
         body = zlib.compress(job_model_to_bytes(model), 6)
         if self._store.compare_and_set(MODELS, _key(model.version), body, None) is None:
             return False
         moved = self._store.compare_and_set(
-            VERSIONS, "latest", json.dumps(model.version).encode(), pointer_version)
+            VERSIONS, "latest", json.dumps(model.version).encode(), pointer_version, fence)
         if moved is None:
             self._store.delete(MODELS, _key(model.version))
             return False

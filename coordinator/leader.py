@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from coordinator.store.metadata import Fence
+
 
 class LeaderRole(Protocol):
     """Whether this replica may act as the leader right now."""
@@ -29,6 +31,10 @@ class LeaderRole(Protocol):
     @property
     def epoch(self) -> int:
         """Increases each time leadership changes hands."""
+        ...
+
+    def fence(self) -> Fence | None:
+        """What each job-model publication must check in the store (None: nothing)."""
         ...
 
 
@@ -55,3 +61,7 @@ class EmbeddedLeader:
     def epoch(self) -> int:
         """Always 1."""
         return 1
+
+    def fence(self) -> Fence | None:
+        """None: a single process has nobody to be fenced from."""
+        return None

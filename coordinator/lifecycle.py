@@ -29,17 +29,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from checkpoint.model import ResetPolicy
+from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import Clock
 from coordinator.errors import (
+    CoordinatorError,
     Fenced,
     NotAParticipant,
     NotLeader,
     UnknownJobModelVersion,
 )
-from coordinator.job_models import JobModelRepository
+from coordinator.job_models import VERSIONS, JobModelRepository
 from coordinator.leader import LeaderRole
-from coordinator.locality import DesiredConfig, TaskLocality
+from coordinator.locality import CONFIG, DesiredConfig, TaskLocality
 from coordinator.membership import Membership, ProcessorLease
 from coordinator.scheduler import Scheduler
 from coordinator.store.metadata import MetadataStore
@@ -149,30 +151,134 @@ class Coordinator:
         self._probing_wanted = False
         self.last_rebalance: RebalanceRecord | None = None
         self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._lead_since = clock.now()
+        self._desired_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Load persisted state and resume: leases, latest and active models, barrier."""
+        """Load persisted state and resume: leases, latest and active models, barrier.
+        Then watch the store for what other replicas write (pointers, desired config)."""
         self._scheduler = Scheduler()
+        self._loop = asyncio.get_running_loop()
         await self._io(self._load)
         self._observer.processors_changed(len(self.membership.live()))
         self._schedule_sweep()
-        barrier = self._barrier
-        if barrier is not None and barrier.state is BarrierState.PENDING:
-            left = barrier.started_at + self.config.barrier_timeout_s - self._clock.now()
-            self._schedule("barrier-timeout", left, lambda: self._barrier_timeout(barrier.version))
-        if self._needs_regeneration(self._latest):
-            self._trigger("start", debounce=False)
+        def watch() -> None:
+            for namespace, key in ((VERSIONS, "latest"), (VERSIONS, "active"),
+                                   (CONFIG, "desired")):
+                self._store.watch(namespace, key, self._on_store_change)
+
+        await self._io(watch)
+        if self._leader.is_leader():
+            self._take_lead()
 
     async def stop(self) -> None:
         """Cancel timers and wake long polls."""
+        self._stopping = True
         if self._scheduler is not None:
             await self._scheduler.close()
         self._notify()
 
+    def leadership_changed(self, leading: bool) -> None:
+        """Called (from any thread) when this replica gains or loses leadership."""
+        loop = self._loop
+        if loop is None or self._stopping:
+            return
+        loop.call_soon_threadsafe(self._take_lead if leading else self._give_up_lead)
+
+    def _take_lead(self) -> None:
+        # A new leader starts from what the store says, and gives every lease a full TTL
+        # from now: heartbeats that reached no replica during the handover (or while the
+        # store was unreachable) must not expire processors that are alive.
+        self._lead_since = self._clock.now()
+        log.info("acting as leader (epoch %d)", self._leader.epoch,
+                 extra={"reason": "leader_elected"})
+        self._schedule("refresh", 0.0, self._lead_start)
+
+    async def _lead_start(self) -> None:
+        await self._refresh()
+        barrier = self._barrier
+        if barrier is not None and barrier.state is BarrierState.PENDING:
+            left = barrier.started_at + self.config.barrier_timeout_s - self._clock.now()
+            self._schedule("barrier-timeout", max(0.0, left),
+                           lambda: self._barrier_timeout(barrier.version))
+        if self._needs_regeneration(self._latest):
+            self._trigger("start" if self._latest is None else "leader_elected",
+                          debounce=False)
+
+    def _give_up_lead(self) -> None:
+        log.warning("no longer the leader: timers stopped", extra={"reason": "leader_lost"})
+        if self._scheduler is not None:
+            for name in ("rebalance", "barrier-timeout", "probing"):
+                self._scheduler.cancel(name)
+
+    def _on_store_change(self) -> bool | None:
+        # The store's thread: hand over to the event loop, coalescing bursts.
+        loop = self._loop
+        if loop is None or self._stopping:
+            return False
+        loop.call_soon_threadsafe(self._schedule, "refresh", 0.0, self._refresh)
+        return None
+
+    async def _refresh(self) -> None:
+        """Catch up with what other replicas wrote: a newer version (the leader's), its
+        barrier (acks reach any replica), the active version, the desired factor."""
+        latest = await self._io(self._models.latest)
+        self._desired_cache = await self._io(self._desired.read)
+        async with self._lock:
+            current = self._latest
+            if latest is not None and (current is None or latest[0] > current.version):
+                version, pointer = latest
+                model = await self._io(lambda: self._load_prepared(version))
+                if model is not None:
+                    self._latest, self._pointer = model, pointer
+                    self._model_cache[version] = model
+                    await self._io(lambda: self._store.watch(
+                        BARRIERS, f"{version:020d}", self._barrier_watch(version)))
+            model = self._latest
+            if model is not None:
+                barrier = await self._io(lambda: self._barriers.load(model.version))
+                if barrier is not None and barrier != self._barrier:
+                    self._barrier = barrier
+                active = await self._io(self._models.active_version)
+                if active is not None and (self._active is None
+                                           or active > self._active.version):
+                    found = await self.model(active)
+                    if found is not None:
+                        self._active = found
+                if (self._leader.is_leader() and self._barrier is not None
+                        and self._barrier.version == model.version
+                        and self._barrier.state is BarrierState.DONE
+                        and (self._active is None or self._active.version < model.version)):
+                    await self._barrier_done(self._barrier)
+                elif (self._barrier is not None and self._barrier.state is BarrierState.DONE
+                      and self._barrier.version == model.version):
+                    self._active = model
+            self._notify()
+        if self._leader.is_leader() and self._latest is not None \
+                and self._latest.elasticity_factor != self.elasticity_factor():
+            self._trigger("scale", debounce=False)
+
+    def _barrier_watch(self, version: int) -> Callable[[], bool | None]:
+        def on_change() -> bool | None:
+            latest = self._latest
+            if self._stopping or (latest is not None and latest.version > version):
+                return False  # superseded: stop watching this barrier
+            return self._on_store_change()
+        return on_change
+
+    def _load_prepared(self, version: int) -> JobModel | None:
+        model = self._models.load(version)
+        if model is not None and self._prepare is not None:
+            self._prepare(model)
+        return model
+
     def _load(self) -> None:
         self.membership.load()
+        self._desired_cache = self._desired.read()
         self._known_locality = self._locality.read()
         latest = self._models.latest()
         if latest is None:
@@ -212,11 +318,9 @@ class Coordinator:
         return self._inputs
 
     def elasticity_factor(self) -> int:
-        """The factor the next version will be generated with."""
-        return int(self._desired_config().get("elasticityFactor", self.config.elasticity_factor))
-
-    def _desired_config(self) -> dict[str, Any]:
-        return self._desired.read()
+        """The factor the next version will be generated with (the operator's last
+        ``/scale``, as this replica last read it from the store)."""
+        return int(self._desired_cache.get("elasticityFactor", self.config.elasticity_factor))
 
     def probing_wanted(self) -> bool:
         """True while the assignment asks for probing rebalances."""
@@ -288,16 +392,33 @@ class Coordinator:
         return left
 
     async def _sweep(self) -> None:
+        """Every replica refreshes its view of the leases (heartbeats reach any replica);
+        the leader also expires leases and reacts to processors that joined or left
+        through other replicas."""
         try:
             async with self._lock:
-                expired = self.membership.expired()
-                if expired:
-                    await self._io(lambda: self.membership.remove(expired))
+                before = set(self.membership.live())
+                await self._io(self.membership.load)
+                after = set(self.membership.live())
+                expired: list[str] = []
+                # a new leader grants a full TTL first: see _take_lead
+                if self._leader.is_leader() and \
+                        self._clock.now() >= self._lead_since + self.config.lease_ttl_s:
+                    expired = self.membership.expired()
+                    if expired:
+                        await self._io(lambda: self.membership.remove(expired))
+            if before != after or expired:
+                self._observer.processors_changed(len(self.membership.live()))
             if expired:
                 log.info("leases expired: %s", ", ".join(expired),
                          extra={"reason": "lease_expired"})
-                self._observer.processors_changed(len(self.membership.live()))
                 self._trigger("lease_expired")
+            elif after - before:
+                self._trigger("join")
+            elif before - after:
+                self._trigger("leave")
+        except CoordinatorError as e:
+            log.warning("lease sweep skipped: %s", e)
         finally:
             self._schedule_sweep()
 
@@ -308,6 +429,8 @@ class Coordinator:
     # ------------------------------------------------------------------ triggers
 
     def _trigger(self, reason: str, debounce: bool = True) -> None:
+        if not self._leader.is_leader():
+            return  # the leader notices through the store (sweep, watches)
         self._pending_reasons.add(reason)
         delay = self.config.debounce_s if debounce else 0.0
         self._schedule("rebalance", delay, self._rebalance_pending)
@@ -317,14 +440,22 @@ class Coordinator:
         if reasons:
             await self.rebalance("+".join(sorted(reasons)))
 
-    async def scale(self, elasticity_factor: int) -> int:
-        """Set the elasticity factor and generate a version at once; returns the latest
-        version (unchanged when the factor already was ``elasticity_factor``)."""
+    async def scale(self, elasticity_factor: int, wait_s: float = 10.0) -> int:
+        """Set the elasticity factor; the leader generates a version at once. Returns the
+        latest version (unchanged when the factor already was ``elasticity_factor``). On a
+        follower the desired factor is written to the store, where the leader sees it;
+        the answer waits (up to ``wait_s``) for the leader's new version."""
         validate_elasticity_factor(elasticity_factor, self.config.max_elasticity_factor)
-        self._require_leader()
         async with self._lock:
-            await self._io(lambda: self._desired.update(elasticityFactor=elasticity_factor))
-        await self.rebalance("scale")
+            self._desired_cache = await self._io(
+                lambda: self._desired.update(elasticityFactor=elasticity_factor))
+        if self._leader.is_leader():
+            await self.rebalance("scale")
+        else:
+            before = self._latest.version if self._latest is not None else None
+            latest = self._latest
+            if latest is None or latest.elasticity_factor != elasticity_factor:
+                await self.wait_for_change(before, None, wait_s)
         return self._latest.version if self._latest is not None else 0
 
     async def update_inputs(self, inputs: Iterable[SystemStreamPartition]) -> None:
@@ -409,10 +540,12 @@ class Coordinator:
             log.warning("lost leadership while generating version %d (%s): not published",
                         version, reason, extra={"reason": reason, "version": version})
             return None
-        published = await self._io(lambda: self._models.publish(model, self._pointer))
+        fence = self._leader.fence()
+        published = await self._io(lambda: self._models.publish(model, self._pointer, fence))
         if not published:
-            log.error("version %d (%s) refused: another leader published first; reloading",
-                      version, reason, extra={"reason": reason, "version": version})
+            log.error("version %d (%s) refused by the store: another leader published first "
+                      "or this replica's epoch %d is stale; reloading", version, reason,
+                      self._leader.epoch, extra={"reason": reason, "version": version})
             await self._io(self._load)
             self._notify()
             raise Fenced(f"job model version {version} was fenced by a newer publication")
@@ -425,6 +558,8 @@ class Coordinator:
         self._latest, self._barrier = model, barrier
         self._model_cache[version] = model
         await self._io(lambda: self._barriers.save(barrier))
+        await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
+                                                 self._barrier_watch(version)))
         self.last_rebalance = RebalanceRecord(version, reason, now, seconds)
         tasks = sum(len(c.active_tasks) for c in model.containers.values())
         self._observer.job_model_generated(reason, seconds, tasks)
@@ -445,28 +580,33 @@ class Coordinator:
     # ------------------------------------------------------------------ barrier
 
     async def ack(self, version: int, processor_id: str) -> BarrierState:
-        """A processor acknowledges ``version`` (it stopped and committed what it loses)."""
+        """A processor acknowledges ``version`` (it stopped and committed what it loses).
+        Any replica takes acks: the barrier is updated in the store by compare-and-set."""
         async with self._lock:
-            barrier = self._barrier
-            if barrier is None or barrier.version != version:
-                old = await self._io(lambda: self._barriers.load(version))
-                if old is None:
-                    raise UnknownJobModelVersion(f"no job model version {version}")
-                if processor_id not in old.participants:
+            now = self._clock.now()
+
+            def acked(b: Barrier) -> Barrier:
+                if processor_id not in b.participants:
                     raise NotAParticipant(
                         f"processor {processor_id!r} is not part of version {version}")
-                return old.state  # superseded: its state no longer changes
-            if processor_id not in barrier.participants:
-                raise NotAParticipant(
-                    f"processor {processor_id!r} is not part of version {version}")
-            updated = barrier.ack(processor_id, self._clock.now())
-            if updated == barrier:
-                return updated.state
+                return b.ack(processor_id, now)
+
+            updated = await self._io(lambda: self._barriers.update(version, acked))
+            if updated is None:
+                raise UnknownJobModelVersion(f"no job model version {version}")
+            latest = self._latest
+            if latest is None or latest.version != version:
+                return updated.state  # superseded (or not seen here yet)
+            changed = updated != self._barrier
             self._barrier = updated
-            await self._io(lambda: self._barriers.save(updated))
-            if updated.state is BarrierState.DONE:
-                await self._barrier_done(updated)
-            self._notify()
+            if updated.state is BarrierState.DONE and (
+                    self._active is None or self._active.version < version):
+                if self._leader.is_leader():
+                    await self._barrier_done(updated)
+                else:
+                    self._active = latest  # the leader records it (it watches the barrier)
+            if changed:
+                self._notify()
             return updated.state
 
     async def _barrier_done(self, barrier: Barrier) -> None:
@@ -492,16 +632,19 @@ class Coordinator:
                  extra={"version": barrier.version, "reason": "barrier_done"})
 
     async def _barrier_timeout(self, version: int) -> None:
+        if not self._leader.is_leader():
+            return
         async with self._lock:
             barrier = self._barrier
             if barrier is None or barrier.version != version:
                 return
-            timed_out = barrier.time_out(self._clock.now())
-            if timed_out == barrier:
-                return
+            now = self._clock.now()
+            timed_out = await self._io(
+                lambda: self._barriers.update(version, lambda b: b.time_out(now)))
+            if timed_out is None or timed_out.state is not BarrierState.TIMED_OUT:
+                return  # completed meanwhile through another replica
             self._barrier = timed_out
             silent = sorted(timed_out.silent)
-            await self._io(lambda: self._barriers.save(timed_out))
             await self._io(lambda: self.membership.remove(silent))
             self._observer.barrier_ended(timed_out.state.value, self.config.barrier_timeout_s)
             self._observer.processors_changed(len(self.membership.live()))

@@ -1,9 +1,13 @@
 """Processor membership by leases.
 
 State per processor: REGISTERED (lease live) -> renewed by each heartbeat -> EXPIRED (no
-heartbeat for the lease TTL) or LEFT (DELETE). Leases are persisted in the metadata store
-(namespace ``processors``) so that a restarted coordinator keeps them until they expire;
-task lags and stats from heartbeats live in memory only (workers report them again).
+heartbeat for the lease TTL) or LEFT (DELETE). Leases live in the metadata store
+(namespace ``processors``), not in a replica's memory: a heartbeat reaching any replica
+renews the stored lease (compare-and-set, so a lease the leader just expired is not
+brought back), a restarted coordinator keeps them until they expire, and the leader reads
+them all when it sweeps. The lease carries the task lags and stats of the last heartbeat,
+so the leader sees lags reported to any replica. This replica's in-memory view is a cache
+refreshed by :meth:`Membership.load` and by its own writes.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.clock import Clock
@@ -30,17 +34,25 @@ class ProcessorLease:
     host: str | None
     registered_at: float
     expires_at: float
+    task_lags: Mapping[str, int] = field(default_factory=dict, compare=False)
+    stats: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def to_bytes(self) -> bytes:
         """JSON for the metadata store."""
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        return json.dumps({
+            "processor_id": self.processor_id, "location_id": self.location_id,
+            "host": self.host, "registered_at": self.registered_at,
+            "expires_at": self.expires_at, "task_lags": dict(self.task_lags),
+            "stats": dict(self.stats)}, sort_keys=True).encode()
 
     @staticmethod
     def from_bytes(raw: bytes) -> ProcessorLease:
         """Inverse of :meth:`to_bytes`."""
         data = json.loads(raw)
         return ProcessorLease(data["processor_id"], data["location_id"], data.get("host"),
-                              float(data["registered_at"]), float(data["expires_at"]))
+                              float(data["registered_at"]), float(data["expires_at"]),
+                              {k: int(v) for k, v in (data.get("task_lags") or {}).items()},
+                              dict(data.get("stats") or {}))
 
 
 def new_processor_id() -> str:
@@ -49,7 +61,7 @@ def new_processor_id() -> str:
 
 
 class Membership:
-    """Registered processors and their leases."""
+    """Registered processors and their leases (the store's, cached here)."""
 
     def __init__(
         self,
@@ -63,8 +75,6 @@ class Membership:
         self._ttl = lease_ttl_s
         self._new_id = id_factory
         self._leases: dict[str, ProcessorLease] = {}
-        self._lags: dict[str, dict[str, int]] = {}
-        self._stats: dict[str, dict[str, Any]] = {}
 
     @property
     def lease_ttl_s(self) -> float:
@@ -72,7 +82,7 @@ class Membership:
         return self._ttl
 
     def load(self) -> None:
-        """Read persisted leases (after a restart)."""
+        """Refresh the cache from the store (every lease, whichever replica wrote it)."""
         stored = self._store.list(NAMESPACE)
         self._leases = {pid: ProcessorLease.from_bytes(v.value) for pid, v in stored.items()}
 
@@ -86,11 +96,12 @@ class Membership:
 
     def task_lags(self) -> dict[str, dict[str, int]]:
         """processor id -> task lags from its last heartbeat."""
-        return {pid: dict(lags) for pid, lags in self._lags.items() if pid in self._leases}
+        return {pid: dict(lease.task_lags) for pid, lease in self._leases.items()
+                if lease.task_lags}
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """processor id -> stats from its last heartbeat."""
-        return {pid: dict(s) for pid, s in self._stats.items() if pid in self._leases}
+        return {pid: dict(lease.stats) for pid, lease in self._leases.items() if lease.stats}
 
     def register(
         self, processor_id: str | None, location_id: str, host: str | None
@@ -102,19 +113,19 @@ class Membership:
         """
         now = self._clock.now()
         pid = processor_id or self._new_id()
-        current = self._leases.get(pid)
-        if current is not None and current.expires_at > now:
+        stored = self._read(pid)
+        if stored is not None and stored[0].expires_at > now:
+            current, version = stored
             if current.location_id != location_id:
                 raise ProcessorConflict(
                     f"processor {pid!r} is live at location {current.location_id!r}, "
                     f"not {location_id!r}")
             lease = replace(current, host=host or current.host, expires_at=now + self._ttl)
-            self._save(lease)
-            return lease, False
+            if self._write(lease, version):
+                return lease, False
         lease = ProcessorLease(pid, location_id, host, now, now + self._ttl)
-        self._save(lease)
-        self._lags.pop(pid, None)
-        self._stats.pop(pid, None)
+        self._store.put(NAMESPACE, pid, lease.to_bytes())
+        self._leases[pid] = lease
         return lease, True
 
     def heartbeat(
@@ -128,33 +139,41 @@ class Membership:
         Raises:
             UnknownProcessor: not registered, or the lease already expired.
         """
-        now = self._clock.now()
-        current = self._leases.get(processor_id)
-        if current is None or current.expires_at <= now:
-            raise UnknownProcessor(
-                f"processor {processor_id!r} is not registered or its lease expired; "
-                "register again")
-        lease = replace(current, expires_at=now + self._ttl)
-        self._save(lease)
-        if task_lags is not None:
-            self._lags[processor_id] = dict(task_lags)
-        if stats is not None:
-            self._stats[processor_id] = dict(stats)
-        return lease
+        for _ in range(5):
+            now = self._clock.now()
+            stored = self._read(processor_id)
+            if stored is None or stored[0].expires_at <= now:
+                self._leases.pop(processor_id, None)
+                raise UnknownProcessor(
+                    f"processor {processor_id!r} is not registered or its lease expired; "
+                    "register again")
+            current, version = stored
+            lease = replace(
+                current, expires_at=now + self._ttl,
+                task_lags=current.task_lags if task_lags is None else dict(task_lags),
+                stats=current.stats if stats is None else dict(stats))
+            if self._write(lease, version):
+                return lease
+        raise UnknownProcessor(f"processor {processor_id!r}: lease kept changing; register again")
 
     def require(self, processor_id: str) -> ProcessorLease:
-        """The live lease of ``processor_id``, or UnknownProcessor."""
+        """The live lease of ``processor_id``, or UnknownProcessor (the store is asked
+        when this replica's cache does not know the processor or thinks it expired)."""
+        now = self._clock.now()
         lease = self._leases.get(processor_id)
-        if lease is None or lease.expires_at <= self._clock.now():
-            raise UnknownProcessor(f"processor {processor_id!r} is not registered")
+        if lease is None or lease.expires_at <= now:
+            stored = self._read(processor_id)
+            lease = stored[0] if stored is not None else None
+            if lease is None or lease.expires_at <= now:
+                raise UnknownProcessor(f"processor {processor_id!r} is not registered")
+            self._leases[processor_id] = lease
         return lease
 
     def leave(self, processor_id: str) -> bool:
         """Remove a processor now; True if it was registered."""
-        if processor_id not in self._leases:
-            return False
-        self.remove([processor_id])
-        return True
+        existed = self._store.delete(NAMESPACE, processor_id)
+        existed = self._leases.pop(processor_id, None) is not None or existed
+        return existed
 
     def expired(self) -> list[str]:
         """Processors whose lease ran out, in id order (still registered until removed)."""
@@ -164,15 +183,25 @@ class Membership:
     def remove(self, processor_ids: list[str]) -> None:
         """Drop processors (expired, left, or silent at a barrier)."""
         for pid in processor_ids:
-            if self._leases.pop(pid, None) is not None:
-                self._store.delete(NAMESPACE, pid)
-            self._lags.pop(pid, None)
-            self._stats.pop(pid, None)
+            self._leases.pop(pid, None)
+            self._store.delete(NAMESPACE, pid)
 
     def next_expiry(self) -> float | None:
         """The earliest lease expiry time, if any processor is registered."""
         return min((lease.expires_at for lease in self._leases.values()), default=None)
 
-    def _save(self, lease: ProcessorLease) -> None:
-        self._store.put(NAMESPACE, lease.processor_id, lease.to_bytes())
+    def _read(self, pid: str) -> tuple[ProcessorLease, int] | None:
+        found = self._store.get(NAMESPACE, pid)
+        if found is None:
+            self._leases.pop(pid, None)
+            return None
+        lease = ProcessorLease.from_bytes(found.value)
+        self._leases[pid] = lease
+        return lease, found.version
+
+    def _write(self, lease: ProcessorLease, version: int) -> bool:
+        if self._store.compare_and_set(NAMESPACE, lease.processor_id, lease.to_bytes(),
+                                       version) is None:
+            return False
         self._leases[lease.processor_id] = lease
+        return True

@@ -6,18 +6,23 @@ on shutdown. Nothing lives in module globals: everything hangs off ``app.state``
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from sqlalchemy import Engine
 
 from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.clock import Clock, SystemClock
-from coordinator.leader import EmbeddedLeader
+from coordinator.leader import EmbeddedLeader, LeaderRole
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
+from coordinator.store.metadata import MetadataStore
 from coordinator.store.sql import SqlMetadataStore
+from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
+from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
 from service.database import make_engine, upgrade
 from service.errors import error_response, install_error_handlers
@@ -59,6 +64,40 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
     )
 
 
+@asynccontextmanager
+async def metadata_backend(
+    settings: Settings, engine: Engine,
+) -> AsyncIterator[tuple[MetadataStore, LeaderRole, Callable[[Coordinator], None]]]:
+    """The metadata store and leader role of ``settings``: embedded SQL with this process
+    as the leader, or ZooKeeper with an election. Also returns how to connect the
+    coordinator to leadership changes, once it started."""
+    if not settings.zk:
+        yield SqlMetadataStore(engine), EmbeddedLeader(settings.replica_id), lambda _: None
+        return
+    session = ZkSession(settings.zk, settings.zk_session_timeout_ms / 1000)
+    await asyncio.to_thread(session.start)
+    root = f"/coxswain/{settings.job}"
+    store = ZkMetadataStore(session.client, root)
+    bound: list[Coordinator] = []
+
+    def on_change(leading: bool) -> None:
+        for coordinator in bound:
+            coordinator.leadership_changed(leading)
+
+    leader = ZkLeader(session.client, store, f"{root}/leader/election", settings.replica_id,
+                      on_change=on_change)
+
+    def bind(coordinator: Coordinator) -> None:
+        bound.append(coordinator)
+        leader.start()
+
+    try:
+        yield store, leader, bind
+    finally:
+        await asyncio.to_thread(leader.stop)
+        await asyncio.to_thread(session.stop)
+
+
 def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     """A Coxswain coordinator app for ``settings`` (embedded SQL mode)."""
     clock = clock or SystemClock()
@@ -67,26 +106,27 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.store_url())
         upgrade(engine)
-        store = SqlMetadataStore(engine)
         metrics = Metrics()
-        coordinator = Coordinator(coordinator_config(settings), store,
-                                  EmbeddedLeader(settings.replica_id), clock, metrics,
-                                  prepare=jobmodel.prerender)
-        app.state.settings = settings
-        app.state.metadata_store = store
-        app.state.checkpoints = SqlCheckpointStore(engine)
-        app.state.metrics = metrics
-        app.state.coordinator = coordinator
-        app.state.clock = clock
-        await coordinator.start()
-        log.info("coordinator %s serving job with %d input partitions (store %s)",
-                 settings.replica_id, len(coordinator.inputs),
-                 engine.url.render_as_string(hide_password=True))
-        try:
-            yield
-        finally:
-            await coordinator.stop()
-            engine.dispose()
+        async with metadata_backend(settings, engine) as (store, leader, bind):
+            coordinator = Coordinator(coordinator_config(settings), store, leader, clock,
+                                      metrics, prepare=jobmodel.prerender)
+            app.state.settings = settings
+            app.state.metadata_store = store
+            app.state.checkpoints = SqlCheckpointStore(engine)
+            app.state.metrics = metrics
+            app.state.coordinator = coordinator
+            app.state.clock = clock
+            await coordinator.start()
+            bind(coordinator)
+            log.info("coordinator %s serving job %r with %d input partitions (metadata: %s; "
+                     "checkpoints: %s)", settings.replica_id, settings.job,
+                     len(coordinator.inputs), f"ZooKeeper {settings.zk}" if settings.zk
+                     else "embedded SQL", engine.url.render_as_string(hide_password=True))
+            try:
+                yield
+            finally:
+                await coordinator.stop()
+                engine.dispose()
 
     app = FastAPI(
         title="Coxswain",

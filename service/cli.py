@@ -47,6 +47,10 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-body-bytes", {"type": int, "help": "request body limit (8 MiB)"}),
     ("--max-wait-ms", {"type": int, "help": "longest long poll a client may ask for (60000)"}),
     ("--keep-job-models", {"type": int, "help": "job model versions kept in the store (10)"}),
+    ("--zk", {"help": "ZooKeeper HOST:PORT[,...][/chroot]: leader-elected replicas sharing "
+                      "job models, leases and barriers there (checkpoints stay in --store)"}),
+    ("--job", {"help": "job name; its ZooKeeper root is /coxswain/{job} (default 'default')"}),
+    ("--zk-session-timeout-ms", {"type": int, "help": "ZooKeeper session timeout (6000)"}),
     ("--worker-token", {"help": "bearer token of worker routes"}),
     ("--admin-token", {"help": "bearer token of operator routes"}),
     ("--insecure", {"action": "store_true",

@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_wait_ms: int = Field(60_000, ge=0, description="upper bound of a long poll")
+    zk: str | None = Field(None, description="HOST:PORT[,...][/chroot]: HA on ZooKeeper")
+    job: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+                     description="job name: its root znode is /coxswain/{job}")
+    zk_session_timeout_ms: int = Field(6_000, ge=400)
     worker_token: SecretStr | None = None
     admin_token: SecretStr | None = None
     insecure: bool = False

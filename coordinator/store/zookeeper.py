@@ -64,8 +64,11 @@ def _quote(key: str) -> str:
 
 
 @contextmanager
-def _guarded() -> Iterator[None]:
-    """ZooKeeper connection trouble surfaces as StoreUnavailable (503, retry later)."""
+def _guarded(client: KazooClient) -> Iterator[None]:
+    """ZooKeeper connection trouble surfaces as StoreUnavailable (503, retry later), at
+    once: kazoo would queue a request made without a connection until one returns."""
+    if not client.connected:
+        raise StoreUnavailable("no ZooKeeper connection")
     try:
         yield
     except _UNAVAILABLE as e:
@@ -97,7 +100,7 @@ class ZkMetadataStore:
 
     def get(self, namespace: str, key: str) -> Versioned | None:
         """The value of ``key``, or None."""
-        with _guarded():
+        with _guarded(self._zk):
             for _ in range(5):
                 try:
                     data, stat = self._zk.get(self.path(namespace, key))
@@ -110,7 +113,7 @@ class ZkMetadataStore:
 
     def put(self, namespace: str, key: str, value: bytes) -> int:
         """Write ``value``; return the new version."""
-        with _guarded():
+        with _guarded(self._zk):
             data, chunk_id = self._chunk(namespace, key, value)
             path = self.path(namespace, key)
             while True:
@@ -132,7 +135,7 @@ class ZkMetadataStore:
         not across batches: ZooKeeper caps one request at ~1 MB)."""
         if not values:
             return
-        with _guarded():
+        with _guarded(self._zk):
             self._zk.ensure_path(self.path(namespace))
             existing = set(self._zk.get_children(self.path(namespace)))
             big = {k: v for k, v in values.items() if len(v) > self._chunk_bytes}
@@ -164,7 +167,7 @@ class ZkMetadataStore:
 
     def delete(self, namespace: str, key: str) -> bool:
         """Remove ``key`` (and its chunks); True if it existed."""
-        with _guarded():
+        with _guarded(self._zk):
             try:
                 self._zk.delete(self.path(namespace, key))
                 existed = True
@@ -178,7 +181,7 @@ class ZkMetadataStore:
 
     def keys(self, namespace: str) -> list[str]:
         """The keys of ``namespace``, sorted."""
-        with _guarded():
+        with _guarded(self._zk):
             try:
                 children = self._zk.get_children(self.path(namespace))
             except NoNodeError:
@@ -187,7 +190,7 @@ class ZkMetadataStore:
 
     def list(self, namespace: str) -> dict[str, Versioned]:
         """Every key of ``namespace`` with its value, in key order (reads in parallel)."""
-        with _guarded():
+        with _guarded(self._zk):
             keys = self.keys(namespace)
             pending = [(k, self._zk.get_async(self.path(namespace, k))) for k in keys]
             out: dict[str, Versioned] = {}
@@ -211,7 +214,7 @@ class ZkMetadataStore:
     ) -> int | None:
         """Write only if the key is at ``expected_version`` (None: absent) and ``fence``
         holds, in one ZooKeeper transaction; the new version, or None when refused."""
-        with _guarded():
+        with _guarded(self._zk):
             data, chunk_id = self._chunk(namespace, key, value)
             path = self.path(namespace, key)
             if expected_version is None:
@@ -257,7 +260,7 @@ class ZkMetadataStore:
         """Raise StoreUnavailable unless the client has a live session."""
         if not self._zk.connected:
             raise StoreUnavailable("no ZooKeeper session")
-        with _guarded():
+        with _guarded(self._zk):
             self._zk.exists(self.root)
 
     def close(self) -> None:

@@ -1,0 +1,161 @@
+"""High availability on a real ZooKeeper: three coordinator replicas of one job, simulated
+workers talking to any replica, and the leader killed, paused, or cut off."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.infra.zookeeper import ZooKeeperEnsemble
+from tests.service.ha import Fleet, index_of, replicas, status, wait_leader
+from tests.service.workers import offsets_for
+
+FAST = ("--input", "kafka.orders:16", "--debounce-ms", "200", "--lease-ttl-ms", "10000",
+        "--zk-session-timeout-ms", "3000")
+
+
+def commit_everything(fleet: Fleet, model: dict[str, Any], offset: int) -> None:
+    for pid, container in model["containers"].items():
+        checkpoints = {name: offsets_for(task, offset)
+                       for name, task in container["tasks"].items()}
+        if not checkpoints:
+            continue  # more workers than tasks
+        r = fleet.call("POST", "/checkpoints", json={
+            "processorId": pid, "jobModelVersion": model["version"],
+            "checkpoints": checkpoints})
+        assert r.status_code == 200, r.text
+
+
+def committed_offsets(fleet: Fleet, model: dict[str, Any]) -> set[str]:
+    names = [n for c in model["containers"].values() for n in c["tasks"]]
+    r = fleet.call("GET", "/checkpoints", params={"taskName": names})
+    assert r.status_code == 200, r.text
+    return {o["offset"] for cp in r.json().values() for o in cp["inputOffsets"]}
+
+
+def test_leader_killed_while_20_workers_heartbeat_and_commit(
+    tmp_path: Path, zookeeper: ZooKeeperEnsemble
+) -> None:
+    with replicas(tmp_path, zookeeper.connect_string, 3, *FAST) as servers:
+        leader = wait_leader(servers)
+        fleet = Fleet(servers, 20)
+        fleet.register_all()
+        with fleet.heartbeating():
+            before = fleet.settle()
+            commit_everything(fleet, before, 100)
+            servers[index_of(leader)].kill()
+            new_leader = wait_leader(servers, not_=leader)
+            commit_everything(fleet, before, 200)  # no leader needed to commit
+            # the new leader is not made to rebalance: the same workers, the same model
+            time.sleep(1.0)
+            after = fleet.settle()
+        assert new_leader != leader
+        assert fleet.lost_leases == [] and fleet.errors == []
+        assert after["version"] >= before["version"]
+        assert set(after["containers"]) == set(fleet.ids)
+        assert committed_offsets(fleet, after) == {"200"}
+        live = [s for s in servers if s.proc is not None and s.proc.poll() is None]
+        versions = {st["latestVersion"] for s in live if (st := status(s))}
+        assert versions == {after["version"]}  # every replica serves the same version
+        fleet.call("POST", "/scale", json={"elasticityFactor": 2})
+        scaled = fleet.settle()
+        assert scaled["version"] > after["version"]
+        assert scaled["config"]["elasticityFactor"] == 2
+        assert committed_offsets(fleet, scaled) == {"200"}  # children inherit the offsets
+
+
+def test_a_paused_leader_cannot_publish_after_it_was_replaced(
+    tmp_path: Path, zookeeper: ZooKeeperEnsemble
+) -> None:
+    with replicas(tmp_path, zookeeper.connect_string, 2, *FAST) as servers:
+        leader = wait_leader(servers)
+        old = servers[index_of(leader)]
+        other = servers[1 - index_of(leader)]
+        fleet = Fleet([other], 2)
+        fleet.register_all()
+        first = fleet.settle()
+        # the old leader has a rebalance due (a join it saw) when it is frozen
+        r = httpx.post(f"{old.url}/processors",
+                       json={"processorId": "late", "locationId": "host-x"})
+        assert r.status_code == 201
+        assert old.proc is not None
+        old.proc.send_signal(signal.SIGSTOP)
+        try:
+            new_leader = wait_leader([other], not_=leader)
+            with fleet.heartbeating(0.3):
+                fleet.ids.append("late")
+                replaced = fleet.settle()
+                old.proc.send_signal(signal.SIGCONT)
+                time.sleep(4)  # the old leader wakes up with its stale view
+                final = fleet.settle()
+        finally:
+            old.proc.send_signal(signal.SIGCONT)
+        assert new_leader != leader
+        assert replaced["version"] > first["version"]
+        assert final["version"] == replaced["version"]  # nothing published by the old one
+        log = old.log()
+        assert ("no longer the leader" in log or "refused by the store" in log
+                or "session lost" in log), log[-3000:]
+        st = status(old)
+        assert st is not None and st["leaderId"] == new_leader
+        assert st["latestVersion"] == final["version"]
+
+
+def test_zookeeper_down_read_only_then_recovers(tmp_path: Path) -> None:
+    zk = ZooKeeperEnsemble.start(1)
+    try:
+        with replicas(tmp_path, zk.connect_string, 2, *FAST) as servers:
+            wait_leader(servers)
+            fleet = Fleet(servers, 3)
+            fleet.register_all()
+            model = fleet.settle()
+            zk.stop_member(1, signal.SIGKILL)
+            time.sleep(1.0)
+            for s in servers:
+                ready = httpx.get(f"{s.url}/readyz", timeout=5)
+                assert ready.status_code == 503
+                served = httpx.get(f"{s.url}/jobmodel", timeout=5)  # the last model, read-only
+                assert served.status_code == 200
+                assert served.json()["version"] == model["version"]
+                beat = httpx.post(f"{s.url}/processors/w00/heartbeat", json={}, timeout=15)
+                assert beat.status_code == 503
+                assert beat.json()["error"] == "store_unavailable"
+            zk.start_member(1)
+            deadline = time.monotonic() + 30
+            while not all(httpx.get(f"{s.url}/readyz", timeout=5).status_code == 200
+                          for s in servers):
+                assert time.monotonic() < deadline, "replicas did not recover"
+                time.sleep(0.2)
+            fleet.heartbeat_all()
+            assert fleet.lost_leases == []
+            assert fleet.settle()["version"] >= model["version"]
+    finally:
+        zk.stop()
+
+
+def test_ensemble_restarted_member_by_member_keeps_service(tmp_path: Path) -> None:
+    zk = ZooKeeperEnsemble.start(3)
+    try:
+        with replicas(tmp_path, zk.connect_string, 2, *FAST) as servers:
+            wait_leader(servers)
+            fleet = Fleet(servers, 4)
+            fleet.register_all()
+            with fleet.heartbeating(0.3):
+                model = fleet.settle()
+                for member in zk.members:
+                    zk.stop_member(member.sid)
+                    time.sleep(0.5)
+                    zk.start_member(member.sid)
+                    zk.wait_serving()
+                time.sleep(1.0)
+                after = fleet.settle()
+            assert fleet.errors == [] and fleet.lost_leases == []
+            assert after["version"] >= model["version"]
+            commit_everything(fleet, after, 7)
+            assert committed_offsets(fleet, after) == {"7"}
+    finally:
+        zk.stop()
