@@ -423,7 +423,13 @@ class Coordinator:
             self._schedule_sweep()
 
     def _schedule_sweep(self) -> None:
+        # Refresh at most once a second (a sweep reads every lease), but on the leader
+        # wake right when the next known lease runs out: worker failover should cost the
+        # lease TTL, not the TTL plus a sweep period.
         interval = min(1.0, self.config.lease_ttl_s / 4)
+        expiry = self.membership.next_expiry()
+        if expiry is not None and self._leader.is_leader():
+            interval = min(interval, max(0.02, expiry - self._clock.now() + 0.01))
         self._schedule("lease-sweep", interval, self._sweep)
 
     # ------------------------------------------------------------------ triggers

@@ -1,0 +1,101 @@
+"""Failover times of coordinator replicas on a real ZooKeeper, with default settings
+(ZooKeeper session 6 s, lease TTL 10 s, debounce 1 s); median of 5 runs each.
+
+* leader failover: kill -9 of the leader replica, then at once ``POST /scale`` to a
+  surviving replica (so that a new version is due): time until that version is published
+  by the new leader;
+* worker failover: a simulated worker stops heartbeating (kill -9 of a worker) right
+  after a heartbeat; the other workers ack every version as they see it: time from its
+  last heartbeat until the model without it has its barrier done (its tasks active
+  elsewhere).
+
+Run: python -m bench.failover [--runs 5]
+Targets (issue #4): leader failover < 2 x session timeout (12 s); worker failover <
+lease TTL + debounce + 1 s (12 s). Samza standalone's defaults: 30 s session + 20 s debounce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.infra.zookeeper import ZooKeeperEnsemble
+from tests.service.ha import Fleet, index_of, replicas, wait_leader
+
+INPUT = ("--input", "kafka.orders:32")
+WORKERS = 8
+
+
+def leader_failover(root: Path, zk: str, runs: int) -> list[float]:
+    times = []
+    with replicas(root, zk, 3, *INPUT) as servers:
+        fleet = Fleet(servers, WORKERS)
+        fleet.register_all()
+        with fleet.heartbeating(1.0):
+            fleet.settle()
+            for run in range(runs):
+                leader = wait_leader(servers)
+                victim = servers[index_of(leader)]
+                before = fleet.model()["version"]
+                survivor = next(s for s in servers if s is not victim)
+                victim.kill()
+                killed = time.monotonic()
+                factor = 2 ** (run % 2 + 1)
+                r = httpx.post(f"{survivor.url}/scale", json={"elasticityFactor": factor},
+                               timeout=60)
+                assert r.status_code == 202, r.text
+                while fleet.model()["version"] <= before:
+                    time.sleep(0.01)
+                times.append(time.monotonic() - killed)
+                print(f"  leader failover run {run + 1}: {times[-1]:.2f} s", flush=True)
+                fleet.settle()
+                victim.start()  # back as a follower for the next run
+    return times
+
+
+def worker_failover(root: Path, zk: str, runs: int) -> list[float]:
+    times = []
+    with replicas(root, zk, 3, *INPUT) as servers:
+        for run in range(runs):
+            fleet = Fleet(servers, WORKERS)
+            fleet.ids = [f"r{run}-w{i}" for i in range(WORKERS)]
+            fleet.register_all()
+            with fleet.heartbeating(2.0):
+                fleet.settle()
+                victim = fleet.ids[-1]
+                fleet.call("POST", f"/processors/{victim}/heartbeat", json={})
+                last_beat = time.monotonic()
+                fleet.ids.remove(victim)
+                fleet.settle(timeout_s=120)
+                times.append(time.monotonic() - last_beat)
+                print(f"  worker failover run {run + 1}: {times[-1]:.2f} s", flush=True)
+            for pid in fleet.ids:  # leave, so the next run starts clean
+                fleet.call("DELETE", f"/processors/{pid}")
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    zk = ZooKeeperEnsemble.start(1)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            leader = leader_failover(Path(tmp) / "leader", zk.connect_string, args.runs)
+            worker = worker_failover(Path(tmp) / "worker", zk.connect_string, args.runs)
+    finally:
+        zk.stop()
+    print("| failover | median s | min s | max s | target s |")
+    print("|----------|----------|-------|-------|----------|")
+    for name, times, target in (("leader", leader, 12.0), ("worker", worker, 12.0)):
+        print(f"| {name:8} | {statistics.median(times):8.2f} | {min(times):5.2f} | "
+              f"{max(times):5.2f} | {target:8.1f} |")
+
+
+if __name__ == "__main__":
+    main()
