@@ -9,14 +9,20 @@
   last heartbeat until the model without it has its barrier done (its tasks active
   elsewhere).
 
+* follower notification: long polls parked on a follower replica; the leader publishes
+  (``POST /scale`` to the leader); delay from the leader's publication time
+  (``lastRebalance.at``) to each waiter's answer (p50/p99 over 10 publications x 16 waiters).
+
 Run: python -m bench.failover [--runs 5]
 Targets (issue #4): leader failover < 2 x session timeout (12 s); worker failover <
-lease TTL + debounce + 1 s (12 s). Samza standalone's defaults: 30 s session + 20 s debounce.
+lease TTL + debounce + 1 s (12 s); followers wake long polls within 100 ms of a
+publication. Samza standalone's defaults: 30 s session + 20 s debounce.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
@@ -79,6 +85,45 @@ def worker_failover(root: Path, zk: str, runs: int) -> list[float]:
     return times
 
 
+async def _long_poll(port: int, since: int) -> float:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /jobmodel?since={since}&waitMs=30000&processorId=none HTTP/1.1\r\n"
+                 "Host: bench\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    line = await reader.readline()
+    at = time.time()
+    assert b" 200 " in line, line
+    writer.close()
+    return at
+
+
+async def _notify_rounds(leader_url: str, follower_port: int, rounds: int) -> list[float]:
+    delays: list[float] = []
+    async with httpx.AsyncClient(base_url=leader_url, timeout=60) as lc:
+        for r in range(rounds):
+            version = (await lc.get("/status")).json()["latestVersion"]
+            waiters = [asyncio.create_task(_long_poll(follower_port, version))
+                       for _ in range(16)]
+            await asyncio.sleep(0.3)
+            resp = await lc.post("/scale", json={"elasticityFactor": 2 ** (r % 2 + 1)})
+            assert resp.status_code == 202, resp.text
+            answered = await asyncio.gather(*waiters)
+            published = (await lc.get("/status")).json()["lastRebalance"]["at"]
+            delays.extend(t - published for t in answered)
+    return sorted(delays)
+
+
+def follower_notification(root: Path, zk: str, rounds: int) -> list[float]:
+    with replicas(root, zk, 2, *INPUT) as servers:
+        fleet = Fleet(servers, WORKERS)
+        fleet.register_all()
+        with fleet.heartbeating(1.0):
+            fleet.settle()
+            leader = servers[index_of(wait_leader(servers))]
+            follower = next(s for s in servers if s is not leader)
+            return asyncio.run(_notify_rounds(leader.url, follower.port, rounds))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -88,6 +133,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             leader = leader_failover(Path(tmp) / "leader", zk.connect_string, args.runs)
             worker = worker_failover(Path(tmp) / "worker", zk.connect_string, args.runs)
+            wake = follower_notification(Path(tmp) / "notify", zk.connect_string, 10)
     finally:
         zk.stop()
     print("| failover | median s | min s | max s | target s |")
@@ -95,6 +141,9 @@ def main() -> None:
     for name, times, target in (("leader", leader, 12.0), ("worker", worker, 12.0)):
         print(f"| {name:8} | {statistics.median(times):8.2f} | {min(times):5.2f} | "
               f"{max(times):5.2f} | {target:8.1f} |")
+    p99 = wake[max(0, int(len(wake) * 0.99) - 1)]
+    print(f"follower long-poll wake after publication: p50 {statistics.median(wake) * 1000:.1f}"
+          f" ms, p99 {p99 * 1000:.1f} ms, max {wake[-1] * 1000:.1f} ms (target < 100 ms)")
 
 
 if __name__ == "__main__":

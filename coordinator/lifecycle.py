@@ -680,6 +680,11 @@ class Coordinator:
         job model, and also did in ``version`` when that is older. Returns the model
         of ``version``."""
         active = self._active
+        if active is None or version > active.version:
+            # Another replica may have completed the barrier a moment ago (its watch
+            # has not reached us yet): look at the store before refusing.
+            await self._refresh()
+            active = self._active
         if active is None:
             raise Fenced("no job model is active yet: nothing may be committed")
         if version > active.version:

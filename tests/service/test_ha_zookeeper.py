@@ -4,6 +4,7 @@ workers talking to any replica, and the leader killed, paused, or cut off."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,37 @@ def test_ensemble_restarted_member_by_member_keeps_service(tmp_path: Path) -> No
             assert committed_offsets(fleet, after) == {"7"}
     finally:
         zk.stop()
+
+
+def test_long_polls_on_a_follower_wake_with_the_leaders_publication(
+    tmp_path: Path, zookeeper: ZooKeeperEnsemble
+) -> None:
+    with replicas(tmp_path, zookeeper.connect_string, 2, *FAST) as servers:
+        leader = wait_leader(servers)
+        follower = servers[1 - index_of(leader)]
+        fleet = Fleet(servers, 2)
+        fleet.register_all()
+        model = fleet.settle()
+        with httpx.Client(base_url=follower.url, timeout=30) as c, \
+                httpx.Client(base_url=servers[index_of(leader)].url, timeout=30) as lc:
+            answers: list[httpx.Response] = []
+            waiter = threading.Thread(target=lambda: answers.append(c.get(
+                "/jobmodel", params={"since": model["version"], "waitMs": 20_000,
+                                     "processorId": "w00"})))
+            waiter.start()
+            time.sleep(0.3)
+            assert lc.post("/scale", json={"elasticityFactor": 4}).status_code == 202
+            waiter.join(25)
+            assert answers and answers[0].status_code == 200
+            woke = answers[0].json()
+            assert woke["version"] > model["version"]
+            assert woke["config"]["elasticityFactor"] == 4
+            # and an ack through the follower completes the leader's barrier
+            for pid in woke["containers"]:
+                assert c.post(f"/jobmodel/{woke['version']}/ack",
+                              json={"processorId": pid}).status_code == 200
+            assert fleet.settle()["version"] == woke["version"]
+            deadline = time.monotonic() + 5  # the leader learns it through its watch
+            while lc.get("/status").json()["activeVersion"] != woke["version"]:
+                assert time.monotonic() < deadline, "the leader never saw the barrier done"
+                time.sleep(0.02)
