@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.infra.zookeeper import ZooKeeperEnsemble
+from service.local.zookeeper import ZooKeeperEnsemble
 from tests.service.ha import Fleet, index_of, replicas, wait_leader
 
 INPUT = ("--input", "kafka.orders:32")

@@ -60,6 +60,9 @@ class CoordinatorConfig:
     """Everything the lifecycle is configured with (times in seconds)."""
 
     inputs: tuple[SystemStreamPartition, ...] = ()
+    # streams whose partition count is discovered (Kafka): their partitions come from the
+    # latest job model until the partition monitor reports
+    monitored_streams: tuple[tuple[str, str], ...] = ()
     grouper: str = "GroupByPartition"
     elasticity_factor: int = 1
     max_elasticity_factor: int = DEFAULT_MAX_ELASTICITY_FACTOR
@@ -235,6 +238,7 @@ class Coordinator:
                 model = await self._io(lambda: self._load_prepared(version))
                 if model is not None:
                     self._latest, self._pointer = model, pointer
+                    self._adopt_inputs(model)
                     self._model_cache[version] = model
                     await self._io(lambda: self._store.watch(
                         BARRIERS, f"{version:020d}", self._barrier_watch(version)))
@@ -270,6 +274,21 @@ class Coordinator:
             return self._on_store_change()
         return on_change
 
+    def _adopt_inputs(self, model: JobModel | None) -> None:
+        """Partitions of monitored streams as the latest job model has them (the leader
+        that generated it may have seen partitions added that this replica has not)."""
+        if model is None or not self.config.monitored_streams:
+            return
+        monitored = set(self.config.monitored_streams)
+        seen = {s.whole() for c in model.containers.values() for t in c.active_tasks
+                for s in t.ssps if (s.system, s.stream) in monitored}
+        if not seen:
+            return
+        kept = {s for s in self._inputs if (s.system, s.stream) not in monitored}
+        mine = {s for s in self._inputs if (s.system, s.stream) in monitored}
+        if len(seen) > len(mine):
+            self._inputs = tuple(sorted(kept | seen))
+
     def _load_prepared(self, version: int) -> JobModel | None:
         model = self._models.load(version)
         if model is not None and self._prepare is not None:
@@ -285,6 +304,7 @@ class Coordinator:
             return
         version, self._pointer = latest
         self._latest = self._models.load(version)
+        self._adopt_inputs(self._latest)
         self._barrier = self._barriers.load(version)
         active = self._models.active_version()
         if active is not None:

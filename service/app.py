@@ -19,6 +19,7 @@ from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.clock import Clock, SystemClock
 from coordinator.leader import EmbeddedLeader, LeaderRole
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
+from coordinator.partition_monitor import KafkaPartitionSource, PartitionMonitor
 from coordinator.store.metadata import MetadataStore
 from coordinator.store.sql import SqlMetadataStore
 from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
@@ -44,6 +45,7 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
     """The lifecycle's config from the service settings."""
     return CoordinatorConfig(
         inputs=tuple(settings.inputs()),
+        monitored_streams=tuple(settings.monitored_streams()),
         grouper=settings.grouper,
         elasticity_factor=settings.elasticity_factor,
         max_elasticity_factor=settings.max_elasticity_factor,
@@ -62,6 +64,17 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
         keep_job_models=settings.keep_job_models,
         reset_policy=settings.reset_policy,
     )
+
+
+def partition_monitor(settings: Settings, coordinator: Coordinator) -> PartitionMonitor | None:
+    """The Kafka partition monitor, when inputs are given without a partition count."""
+    streams = settings.monitored_streams()
+    if not streams or not settings.kafka_bootstrap:
+        return None
+    return PartitionMonitor(
+        streams, KafkaPartitionSource(settings.kafka_bootstrap),
+        settings.partition_poll_interval_ms / 1000, lambda: coordinator.inputs,
+        coordinator.update_inputs, coordinator.leader.is_leader)
 
 
 @asynccontextmanager
@@ -118,6 +131,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
             app.state.clock = clock
             await coordinator.start()
             bind(coordinator)
+            monitor = partition_monitor(settings, coordinator)
+            app.state.partition_monitor = monitor
+            if monitor is not None:
+                monitor.start()
             log.info("coordinator %s serving job %r with %d input partitions (metadata: %s; "
                      "checkpoints: %s)", settings.replica_id, settings.job,
                      len(coordinator.inputs), f"ZooKeeper {settings.zk}" if settings.zk
@@ -125,6 +142,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
             try:
                 yield
             finally:
+                if monitor is not None:
+                    await monitor.stop()
                 await coordinator.stop()
                 engine.dispose()
 

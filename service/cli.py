@@ -26,8 +26,9 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--port", {"type": int, "help": "port (default 8080)"}),
     ("--data-dir", {"help": "folder of the embedded SQLite store (default ./coxswain-data)"}),
     ("--store", {"help": "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db"}),
-    ("--input", {"action": "append", "metavar": "SYSTEM.STREAM:PARTITIONS",
-                 "help": "an input stream and its partition count (repeatable)"}),
+    ("--input", {"action": "append", "metavar": "SYSTEM.STREAM[:PARTITIONS]",
+                 "help": "an input stream and its partition count (repeatable); without "
+                         "a count, discovered from --kafka-bootstrap"}),
     ("--grouper", {"help": "GroupByPartition | GroupBySystemStreamPartition | "
                            "AllSspToSingleTask"}),
     ("--elasticity-factor", {"type": int, "help": "initial elasticity factor (power of two)"}),
@@ -47,6 +48,10 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--max-body-bytes", {"type": int, "help": "request body limit (8 MiB)"}),
     ("--max-wait-ms", {"type": int, "help": "longest long poll a client may ask for (60000)"}),
     ("--keep-job-models", {"type": int, "help": "job model versions kept in the store (10)"}),
+    ("--kafka-bootstrap", {"help": "Kafka bootstrap servers: inputs given as SYSTEM.STREAM "
+                                   "(no count) get their partition count from Kafka"}),
+    ("--partition-poll-interval-ms", {"type": int,
+                                      "help": "how often partition counts are polled (30000)"}),
     ("--zk", {"help": "ZooKeeper HOST:PORT[,...][/chroot]: leader-elected replicas sharing "
                       "job models, leases and barriers there (checkpoints stay in --store)"}),
     ("--job", {"help": "job name; its ZooKeeper root is /coxswain/{job} (default 'default')"}),

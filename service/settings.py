@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -34,16 +34,29 @@ class SettingsError(ValueError):
     """A setting is invalid; the message says which and why."""
 
 
-def parse_input(spec: str) -> list[SystemStreamPartition]:
-    """``SYSTEM.STREAM:PARTITIONS`` (e.g. ``kafka.orders:8``) -> its partitions."""
+def parse_input_spec(spec: str) -> tuple[str, str, int | None]:
+    """``SYSTEM.STREAM:PARTITIONS`` or ``SYSTEM.STREAM`` (count discovered from Kafka) ->
+    (system, stream, count or None)."""
     name, sep, count = spec.rpartition(":")
+    if not sep:
+        name, count = spec, ""
     system, dot, stream = name.partition(".")
-    if not sep or not dot or not system or not stream:
+    if not dot or not system or not stream:
         raise SettingsError(
-            f"input {spec!r} must look like SYSTEM.STREAM:PARTITIONS, e.g. kafka.orders:8")
+            f"input {spec!r} must look like SYSTEM.STREAM:PARTITIONS (e.g. kafka.orders:8), "
+            "or SYSTEM.STREAM with --kafka-bootstrap")
+    if not sep:
+        return system, stream, None
     if not count.isdigit() or int(count) < 1:
         raise SettingsError(f"input {spec!r}: the partition count must be a positive integer")
-    return [SystemStreamPartition(system, stream, p) for p in range(int(count))]
+    return system, stream, int(count)
+
+
+def parse_input(spec: str) -> list[SystemStreamPartition]:
+    """``SYSTEM.STREAM:PARTITIONS`` (e.g. ``kafka.orders:8``) -> its partitions (none for
+    a stream whose count is discovered)."""
+    system, stream, count = parse_input_spec(spec)
+    return [SystemStreamPartition(system, stream, p) for p in range(count or 0)]
 
 
 def default_replica_id() -> str:
@@ -79,6 +92,10 @@ class Settings(BaseSettings):
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_wait_ms: int = Field(60_000, ge=0, description="upper bound of a long poll")
+    kafka_bootstrap: str | None = Field(
+        None, description="Kafka bootstrap servers: inputs given as SYSTEM.STREAM get their "
+                          "partition count from Kafka, polled by the leader")
+    partition_poll_interval_ms: int = Field(30_000, ge=100)
     zk: str | None = Field(None, description="HOST:PORT[,...][/chroot]: HA on ZooKeeper")
     job: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
                      description="job name: its root znode is /coxswain/{job}")
@@ -116,12 +133,25 @@ class Settings(BaseSettings):
         return value
 
     def inputs(self) -> list[SystemStreamPartition]:
-        """Every input partition."""
+        """Every input partition given with its count."""
         return [ssp for spec in self.input for ssp in parse_input(spec)]
+
+    def monitored_streams(self) -> list[tuple[str, str]]:
+        """(system, stream) of the inputs given without a count: discovered from Kafka."""
+        return [(system, stream) for system, stream, count in map(parse_input_spec, self.input)
+                if count is None]
 
     def store_url(self) -> str:
         """The store URL (default: SQLite file in data_dir)."""
         return self.store or f"sqlite:///{self.data_dir / 'coxswain.db'}"
+
+    @model_validator(mode="after")
+    def _discovery_needs_kafka(self) -> Settings:
+        if self.monitored_streams() and not self.kafka_bootstrap:
+            streams = ", ".join(f"{a}.{b}" for a, b in self.monitored_streams())
+            raise ValueError(f"inputs without a partition count ({streams}) need "
+                             "--kafka-bootstrap to discover it")
+        return self
 
     def check_bind_is_safe(self) -> None:
         """Refuse a non-loopback bind without tokens unless --insecure was given."""

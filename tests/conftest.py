@@ -18,8 +18,9 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
+from service.local.kafka import LocalKafka  # noqa: E402
+from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
-from tests.infra.zookeeper import ZooKeeperEnsemble  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +46,12 @@ def zookeeper() -> Iterator[ZooKeeperEnsemble]:
     ensemble = ZooKeeperEnsemble.start(1)
     yield ensemble
     ensemble.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[LocalKafka]:
+    """One real single-node KRaft Kafka broker for the whole run (tests use their own
+    uniquely named topics), stopped by pid at the end."""
+    broker = LocalKafka.create().start()
+    yield broker
+    broker.destroy()

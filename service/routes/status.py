@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coordinator.lifecycle import Coordinator
@@ -17,9 +17,9 @@ Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 
 
 @router.get("/status")
-async def status(coordinator: Coord) -> dict[str, Any]:
+async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
     """Leader, versions, barrier, processors, tasks per processor, lags, balance, and the
-    last rebalance's reason and time."""
+    last rebalance's reason and time, and the state of inputs discovered from Kafka."""
     latest, active, barrier = coordinator.latest, coordinator.active, coordinator.barrier
     live = coordinator.membership.live()
     lags = coordinator.membership.task_lags()
@@ -43,6 +43,11 @@ async def status(coordinator: Coord) -> dict[str, Any]:
             if task in lags.get(pid, {}):
                 lag_per_task[task] = lags[pid][task]
     last = coordinator.last_rebalance
+    monitor = getattr(request.app.state, "partition_monitor", None)
+    inputs = [] if monitor is None else [
+        {"stream": f"{m.system}.{m.stream}", "partitions": m.partitions,
+         "observedPartitions": m.observed, "state": m.state.value, "detail": m.detail}
+        for m in monitor.status()]
     return {
         "replicaId": coordinator.leader.replica_id,
         "leaderId": coordinator.leader.leader_id(),
@@ -58,6 +63,7 @@ async def status(coordinator: Coord) -> dict[str, Any]:
         "lagPerTask": lag_per_task,
         "balance": balance(latest) if latest else 0,
         "probingRebalanceWanted": coordinator.probing_wanted(),
+        "monitoredInputs": inputs,
         "lastRebalance": None if last is None else {
             "version": last.version, "reason": last.reason, "at": last.at,
             "generationSeconds": last.generation_seconds},

@@ -19,7 +19,7 @@ from grouping.generation import generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.model import SSP
 from service.database import make_engine, upgrade
-from tests.infra.zookeeper import ZooKeeperEnsemble
+from service.local.zookeeper import ZooKeeperEnsemble
 
 
 @pytest.fixture

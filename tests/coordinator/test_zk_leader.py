@@ -16,7 +16,7 @@ from coordinator.zk_leader import ZkLeader
 from grouping.generation import generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.model import SSP, JobModel
-from tests.infra.zookeeper import ZooKeeperEnsemble
+from service.local.zookeeper import ZooKeeperEnsemble
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 15) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.service.server import free_port
+from service.local.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HOW_TO_INSTALL = ("PostgreSQL binaries not found: run ./deploy/test.sh (it installs Debian's "

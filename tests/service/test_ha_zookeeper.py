@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.infra.zookeeper import ZooKeeperEnsemble
+from service.local.zookeeper import ZooKeeperEnsemble
 from tests.service.ha import Fleet, index_of, replicas, status, wait_leader
 from tests.service.workers import offsets_for
 

@@ -1,5 +1,6 @@
-"""A real ZooKeeper (one server or an ensemble) for tests, from Debian's ``zookeeper``
-package: ``java -cp /usr/share/java/zookeeper.jar ... QuorumPeerMain zoo.cfg``.
+"""A real ZooKeeper (one server or an ensemble) for tests and ``coxswain dev up``, from
+Debian's ``zookeeper`` package: ``java -cp /usr/share/java/zookeeper.jar ...
+QuorumPeerMain zoo.cfg``.
 
 Each member listens on a free loopback port with its data under the repository's
 git-ignored ``.cache/zookeeper/``; members are started and stopped by pid. ``tickTime`` is
@@ -19,9 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.service.server import free_port
+from service.local.ports import cache_dir, free_port
 
-REPO = Path(__file__).resolve().parents[2]
 JARS = Path("/usr/share/java")
 HOW_TO_INSTALL = ("ZooKeeper not found at /usr/share/java/zookeeper.jar: run ./deploy/test.sh "
                   "(it installs Debian's 'zookeeper' package), or apt-get install zookeeper")
@@ -89,7 +89,7 @@ class ZooKeeperEnsemble:
     @staticmethod
     def start(size: int = 1, timeout_s: float = 60.0) -> ZooKeeperEnsemble:
         """Start ``size`` members and wait until they serve (a quorum, for an ensemble)."""
-        root = REPO / ".cache" / "zookeeper" / f"zk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        root = cache_dir() / "zookeeper" / f"zk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         ensemble = ZooKeeperEnsemble(root)
         for sid in range(1, size + 1):
             data_dir = root / f"member-{sid}"

@@ -1,0 +1,173 @@
+"""A local single-node Apache Kafka broker (KRaft, combined broker + controller) for tests
+and ``coxswain dev up``, run from jars fetched from Maven Central.
+
+The jars: ``deploy/local/kafka/pom.xml`` lists only the broker (``kafka_2.13``) and a
+logger; ``mvn dependency:copy-dependencies`` copies its runtime closure into
+``.cache/kafka/{version}/libs`` once (Maven's own repository also under ``.cache/m2``).
+The broker: a ``server.properties`` with test-friendly settings (replication factor 1,
+no initial rebalance delay, no topic auto-creation), storage formatted with
+``kafka.tools.StorageTool``, then ``kafka.Kafka`` on a loopback port, waited for until an
+AdminClient answers, and stopped by pid (SIGTERM: a controlled shutdown).
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from service.local.ports import cache_dir, free_port
+
+KAFKA_VERSION = "3.9.1"
+POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "kafka" / "pom.xml"
+
+
+def fetch_jars(version: str = KAFKA_VERSION) -> Path:
+    """The broker's jars, downloaded with Maven on first use; returns their folder."""
+    libs = cache_dir() / "kafka" / version / "libs"
+    done = libs / ".complete"
+    if done.exists():
+        return libs
+    if shutil.which("mvn") is None:
+        raise RuntimeError("Maven (mvn) is needed to fetch the Kafka broker jars: "
+                           "apt-get install maven")
+    if not POM.exists():
+        raise RuntimeError(f"{POM} not found: run from a Coxswain checkout")
+    libs.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        ["mvn", "-q", "-B", "-f", str(POM), f"-Dkafka.version={version}",
+         f"-Dmaven.repo.local={cache_dir() / 'm2'}", "dependency:copy-dependencies",
+         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+        capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"fetching the Kafka jars failed:\n{result.stdout}{result.stderr}")
+    done.write_text(version + "\n")
+    return libs
+
+
+@dataclass
+class LocalKafka:
+    """One KRaft broker+controller on loopback, with its data in ``data_dir``."""
+
+    data_dir: Path
+    port: int
+    controller_port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` for clients."""
+        return f"127.0.0.1:{self.port}"
+
+    @staticmethod
+    def create(data_dir: Path | None = None, port: int | None = None) -> LocalKafka:
+        """Configure and format a broker (not started)."""
+        libs = fetch_jars()
+        root = data_dir or cache_dir() / "kafka" / "brokers" / uuid.uuid4().hex[:8]
+        root.mkdir(parents=True, exist_ok=True)
+        kafka = LocalKafka(root, port or free_port(), free_port())
+        (root / "server.properties").write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"listeners=PLAINTEXT://127.0.0.1:{kafka.port},"
+            f"CONTROLLER://127.0.0.1:{kafka.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{kafka.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"controller.quorum.voters=1@127.0.0.1:{kafka.controller_port}",
+            f"log.dirs={root / 'logs'}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "num.recovery.threads.per.data.dir=1",
+            # compaction is exercised by tests: let it run soon after a segment rolls
+            "log.cleaner.backoff.ms=500",
+            "",
+        ]))
+        if not (root / "logs" / "meta.properties").exists():
+            # what `kafka-storage.sh random-uuid` prints, without a JVM start
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            kafka._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                        "-c", str(root / "server.properties"), "--ignore-formatted", libs=libs)
+        return kafka
+
+    def _java(self, main: str, *args: str, libs: Path) -> str:
+        result = subprocess.run(
+            ["java", "-Xmx256m", "-cp", f"{libs}/*", main, *args],
+            capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"{main} {' '.join(args)} failed:\n{result.stdout}"
+                               f"{result.stderr}")
+        return result.stdout
+
+    @property
+    def running(self) -> bool:
+        """True while the broker process is alive."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout_s: float = 60.0) -> LocalKafka:
+        """Start the broker and wait until it serves metadata."""
+        if self.running:
+            return self
+        libs = fetch_jars()
+        log = (self.data_dir / "server.log").open("ab")
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx512m", "-Xms256m", "-XX:+UseSerialGC",
+             f"-Dkafka.logs.dir={self.data_dir}", "-cp", f"{libs}/*", "kafka.Kafka",
+             str(self.data_dir / "server.properties")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        (self.data_dir / "broker.pid").write_text(f"{self.proc.pid}\n")
+        self._wait(timeout_s)
+        return self
+
+    def _wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                tail = (self.data_dir / "server.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"Kafka broker exited:\n{tail}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"Kafka broker did not answer in {timeout_s}s")
+            try:  # the port first: a client would log every refused connection
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            try:
+                AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}) \
+                    .list_topics(timeout=2.0)
+                return
+            except Exception:
+                time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the broker by pid (SIGKILL for a crash); the data stays."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+        self.proc = None
+
+    def destroy(self) -> None:
+        """Stop and remove the data."""
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
