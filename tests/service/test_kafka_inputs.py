@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from service.local.kafka import LocalKafka
 from tests.service.conftest import StartServer
