@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from confluent_kafka import NewPartitions, NewTopic
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from service.local.kafka import LocalKafka
 from tests.service.conftest import StartServer
