@@ -20,6 +20,7 @@ from coordinator.clock import Clock, SystemClock
 from coordinator.leader import EmbeddedLeader, LeaderRole
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.partition_monitor import KafkaPartitionSource, PartitionMonitor
+from coordinator.store.kafka import KafkaMetadataStore
 from coordinator.store.metadata import MetadataStore
 from coordinator.store.sql import SqlMetadataStore
 from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
@@ -84,9 +85,20 @@ async def metadata_backend(
     """The metadata store and leader role of ``settings``: embedded SQL with this process
     as the leader, or ZooKeeper with an election. Also returns how to connect the
     coordinator to leadership changes, once it started."""
-    if not settings.zk:
+    backend = settings.metadata_backend()
+    if backend == "sql":
         yield SqlMetadataStore(engine), EmbeddedLeader(settings.replica_id), lambda _: None
         return
+    if backend == "kafka":
+        assert settings.kafka_bootstrap is not None
+        stream = KafkaMetadataStore(settings.kafka_bootstrap, settings.job, settings.replica_id)
+        await asyncio.to_thread(stream.start)
+        try:
+            yield stream, EmbeddedLeader(settings.replica_id), lambda _: None
+        finally:
+            await asyncio.to_thread(stream.close)
+        return
+    assert settings.zk is not None
     session = ZkSession(settings.zk, settings.zk_session_timeout_ms / 1000)
     await asyncio.to_thread(session.start)
     root = f"/coxswain/{settings.job}"
@@ -137,8 +149,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                 monitor.start()
             log.info("coordinator %s serving job %r with %d input partitions (metadata: %s; "
                      "checkpoints: %s)", settings.replica_id, settings.job,
-                     len(coordinator.inputs), f"ZooKeeper {settings.zk}" if settings.zk
-                     else "embedded SQL", engine.url.render_as_string(hide_password=True))
+                     len(coordinator.inputs), settings.metadata_backend(),
+                     engine.url.render_as_string(hide_password=True))
             try:
                 yield
             finally:

@@ -52,6 +52,9 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                                    "(no count) get their partition count from Kafka"}),
     ("--partition-poll-interval-ms", {"type": int,
                                       "help": "how often partition counts are polled (30000)"}),
+    ("--metadata-store", {"choices": ["sql", "zookeeper", "kafka"],
+                          "help": "where job models, leases and locality live (default: "
+                                  "zookeeper with --zk, else the SQL store)"}),
     ("--zk", {"help": "ZooKeeper HOST:PORT[,...][/chroot]: leader-elected replicas sharing "
                       "job models, leases and barriers there (checkpoints stay in --store)"}),
     ("--job", {"help": "job name; its ZooKeeper root is /coxswain/{job} (default 'default')"}),

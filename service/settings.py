@@ -13,7 +13,7 @@ import os
 import socket
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -96,6 +96,9 @@ class Settings(BaseSettings):
         None, description="Kafka bootstrap servers: inputs given as SYSTEM.STREAM get their "
                           "partition count from Kafka, polled by the leader")
     partition_poll_interval_ms: int = Field(30_000, ge=100)
+    metadata_store: Literal["sql", "zookeeper", "kafka"] | None = Field(
+        None, description="where job models, leases, barriers and locality live (default: "
+                          "zookeeper with --zk, else sql); kafka = a coordinator stream")
     zk: str | None = Field(None, description="HOST:PORT[,...][/chroot]: HA on ZooKeeper")
     job: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
                      description="job name: its root znode is /coxswain/{job}")
@@ -144,6 +147,21 @@ class Settings(BaseSettings):
     def store_url(self) -> str:
         """The store URL (default: SQLite file in data_dir)."""
         return self.store or f"sqlite:///{self.data_dir / 'coxswain.db'}"
+
+    def metadata_backend(self) -> str:
+        """``sql``, ``zookeeper`` or ``kafka``."""
+        return self.metadata_store or ("zookeeper" if self.zk else "sql")
+
+    @model_validator(mode="after")
+    def _backend_is_configured(self) -> Settings:
+        backend = self.metadata_backend()
+        if backend == "zookeeper" and not self.zk:
+            raise ValueError("--metadata-store zookeeper needs --zk")
+        if backend == "kafka" and not self.kafka_bootstrap:
+            raise ValueError("--metadata-store kafka needs --kafka-bootstrap")
+        if backend != "zookeeper" and self.zk:
+            raise ValueError(f"--zk is for --metadata-store zookeeper, not {backend}")
+        return self
 
     @model_validator(mode="after")
     def _discovery_needs_kafka(self) -> Settings:

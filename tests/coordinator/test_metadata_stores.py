@@ -1,4 +1,5 @@
-"""Every MetadataStore keeps one contract: SQLite, PostgreSQL and a real ZooKeeper.
+"""Every MetadataStore keeps one contract: SQLite, PostgreSQL, a real ZooKeeper and a
+Kafka coordinator stream on a real broker.
 Plus what only ZooKeeper needs: chunked values beyond its 1 MB node limit, and watches."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.job_models import JobModelRepository
+from coordinator.store.kafka import KafkaMetadataStore
 from coordinator.store.metadata import Fence, MetadataStore
 from coordinator.store.sql import SqlMetadataStore
 from coordinator.store.zookeeper import ZkMetadataStore
@@ -19,6 +21,7 @@ from grouping.generation import generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.model import SSP
 from service.database import make_engine, upgrade
+from service.local.kafka import LocalKafka
 from service.local.zookeeper import ZooKeeperEnsemble
 
 
@@ -35,8 +38,16 @@ def zk_root() -> str:
     return f"/coxswain-test/{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "zookeeper"])
+@pytest.fixture(params=["sqlite", "postgresql", "zookeeper", "kafka"])
 def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[MetadataStore]:
+    if request.param == "kafka":
+        broker: LocalKafka = request.getfixturevalue("kafka")
+        stream = KafkaMetadataStore(broker.bootstrap, f"t{uuid.uuid4().hex[:8]}", "test",
+                                    chunk_bytes=64 * 1024)
+        stream.start()
+        yield stream
+        stream.close()
+        return
     if request.param == "zookeeper":
         client: KazooClient = request.getfixturevalue("zk_client")
         yield ZkMetadataStore(client, zk_root(), chunk_bytes=64 * 1024)

@@ -1,0 +1,135 @@
+"""The Kafka coordinator stream as the MetadataStore, on a real broker: a coordinator
+restart keeps locality, job models and config; a stale writer is fenced; tombstones
+remove keys under compaction."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from coordinator.errors import Fenced
+from coordinator.store.kafka import KafkaMetadataStore
+from service.local.kafka import LocalKafka
+from tests.service.conftest import StartServer
+from tests.service.workers import SimWorker, ack_all, wait_for_version
+
+
+def test_a_coordinator_restart_on_the_stream_keeps_its_state(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    job = f"job{uuid.uuid4().hex[:8]}"
+    args = ("--metadata-store", "kafka", "--kafka-bootstrap", kafka.bootstrap, "--job", job,
+            "--input", "kafka.orders:4", "--debounce-ms", "100", "--lease-ttl-ms", "60000")
+    server = start_server(*args, data_dir=tmp_path)
+    with server.client() as c:
+        workers = [SimWorker(c, f"w{i}", f"host-{i}") for i in range(2)]
+        for w in workers:
+            w.register()
+        model = wait_for_version(c, 0)
+        while set(model["containers"]) != {"w0", "w1"}:
+            model = wait_for_version(c, model["version"])
+        ack_all(workers, model["version"])
+        assert c.post("/scale", json={"elasticityFactor": 2}).status_code == 202
+        scaled = c.get("/jobmodel").json()
+        ack_all(workers, scaled["version"])
+        before = c.get("/status").json()
+    server.kill()
+
+    store = KafkaMetadataStore(kafka.bootstrap, job, "inspector")
+    store.start()
+    try:
+        locality = {k: v.value.decode() for k, v in store.list("taskLocality").items()}
+        children = {f"Partition {p}_{b}_2" for p in range(4) for b in range(2)}
+        assert children <= set(locality)  # (and the parents' from the first version)
+        assert set(locality.values()) == {"host-0", "host-1"}
+    finally:
+        store.close()
+
+    again = start_server(*args, data_dir=tmp_path)
+    with again.client() as c:
+        after = c.get("/jobmodel").json()
+        assert after == {**scaled, "barrier": "done"}  # same latest model, barrier done
+        status = c.get("/status").json()
+        assert status["elasticityFactor"] == 2  # the desired config survived
+        assert status["activeVersion"] == before["activeVersion"]
+        assert {p["processorId"] for p in c.get("/processors").json()} == {"w0", "w1"}
+
+
+def test_a_stale_writer_is_fenced_and_its_late_writes_ignored(kafka: LocalKafka) -> None:
+    job = f"job{uuid.uuid4().hex[:8]}"
+    old = KafkaMetadataStore(kafka.bootstrap, job, "old")
+    old.start()
+    old.put("config", "desired", b'{"elasticityFactor": 2}')
+    new = KafkaMetadataStore(kafka.bootstrap, job, "new")
+    new.start()
+    assert new.epoch > old.epoch
+    assert new.get("config", "desired") is not None
+    deadline = time.monotonic() + 10
+    while True:  # the old writer learns of the new epoch by reading it
+        try:
+            old.put("config", "desired", b'{"elasticityFactor": 64}')
+        except Fenced:
+            break
+        assert time.monotonic() < deadline, "the stale writer was never fenced"
+        time.sleep(0.05)
+    assert old.compare_and_set("jobModelVersion", "latest", b"9", None) is None
+    new.put("config", "desired", b'{"elasticityFactor": 4}')
+    old.close()
+    new.close()
+    replay = KafkaMetadataStore(kafka.bootstrap, job, "replay")
+    replay.start()
+    found = replay.get("config", "desired")
+    assert found is not None and found.value == b'{"elasticityFactor": 4}'
+    replay.close()
+
+
+def test_tombstones_remove_keys_under_compaction(kafka: LocalKafka) -> None:
+    job = f"job{uuid.uuid4().hex[:8]}"
+    store = KafkaMetadataStore(kafka.bootstrap, job, "w", topic_config={
+        "segment.ms": "200", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "100"})
+    store.start()
+    for i in range(20):
+        store.put("taskLocality", f"Partition {i}", b"host-a")
+    assert store.delete("taskLocality", "Partition 3")
+    store.put("taskLocality", "Partition 4", b"host-b")
+    store.close()
+
+    def raw_keys() -> list[bytes]:
+        consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                             "enable.partition.eof": True, "log_level": 2})
+        consumer.assign([TopicPartition(store.topic, 0, 0)])
+        keys: list[bytes] = []
+        try:
+            while True:
+                msg = consumer.poll(5)
+                if msg is None or msg.error() is not None:
+                    return keys
+                keys.append(msg.key() or b"")
+        finally:
+            consumer.close()
+
+    deadline = time.monotonic() + 90
+    while True:
+        keys = raw_keys()
+        if b"taskLocality/Partition 3" not in keys and \
+                keys.count(b"taskLocality/Partition 4") == 1:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"not compacted in time: {keys}")
+        # compaction only cleans closed segments: a later write rolls the active one
+        nudge = KafkaMetadataStore(kafka.bootstrap, job, "nudge")
+        nudge.start()
+        nudge.close()
+        time.sleep(1)
+    replay = KafkaMetadataStore(kafka.bootstrap, job, "replay")
+    replay.start()
+    assert "Partition 3" not in replay.keys("taskLocality")
+    assert len(replay.keys("taskLocality")) == 19
+    found = replay.get("taskLocality", "Partition 4")
+    assert found is not None and (found.value, found.version) == (b"host-b", 2)
+    replay.close()
