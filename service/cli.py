@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,6 +175,35 @@ def _scale(args: argparse.Namespace) -> None:
     print(f"elasticity factor {args.factor}: job model version {answer['jobModelVersion']}")
 
 
+def _dev_up(args: argparse.Namespace) -> None:
+    from service.local.kafka import LocalKafka
+    from service.local.zookeeper import ZooKeeperEnsemble
+
+    print("starting ZooKeeper (Debian package) and Kafka (KRaft, jars from Maven Central; "
+          "the first start downloads them)...", flush=True)
+    zk = ZooKeeperEnsemble.start(1, client_port=args.zk_port)
+    kafka: LocalKafka | None = None
+    try:
+        kafka = LocalKafka.create(port=args.kafka_port).start()
+        print(f"ZooKeeper: {zk.connect_string}\nKafka:     {kafka.bootstrap}\n\n"
+              "try: coxswain serve --zk " f"{zk.connect_string} --kafka-bootstrap "
+              f"{kafka.bootstrap} --input kafka.orders\n(Ctrl-C stops both)", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(1.0):
+                if not kafka.running:
+                    raise SystemExit("coxswain: the Kafka broker exited; see "
+                                     f"{kafka.data_dir / 'server.log'}")
+        except KeyboardInterrupt:
+            pass
+    finally:
+        print("stopping...", flush=True)
+        if kafka is not None:
+            kafka.destroy()
+        zk.stop()
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``coxswain``."""
     p = argparse.ArgumentParser(prog="coxswain", description=__doc__.splitlines()[0])
@@ -199,6 +230,11 @@ def parser() -> argparse.ArgumentParser:
     scale = sub.add_parser("scale", help="set the elasticity factor")
     scale.add_argument("factor", type=int)
     scale.set_defaults(func=_scale)
+    dev = sub.add_parser("dev", help="local services for trying the full system")
+    dev.add_argument("action", choices=["up"], help="start ZooKeeper and Kafka until Ctrl-C")
+    dev.add_argument("--zk-port", type=int, default=2181)
+    dev.add_argument("--kafka-port", type=int, default=9092)
+    dev.set_defaults(func=_dev_up)
     for name in ("status", "processors", "scale"):
         c = sub.choices[name]
         c.add_argument("--url", default=os.environ.get("COXSWAIN_URL", "http://127.0.0.1:8080"))

@@ -87,16 +87,18 @@ class ZooKeeperEnsemble:
         return ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
 
     @staticmethod
-    def start(size: int = 1, timeout_s: float = 60.0) -> ZooKeeperEnsemble:
-        """Start ``size`` members and wait until they serve (a quorum, for an ensemble)."""
+    def start(size: int = 1, timeout_s: float = 60.0,
+              client_port: int | None = None) -> ZooKeeperEnsemble:
+        """Start ``size`` members and wait until they serve (a quorum, for an ensemble);
+        ``client_port`` fixes the first member's port."""
         root = cache_dir() / "zookeeper" / f"zk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         ensemble = ZooKeeperEnsemble(root)
         for sid in range(1, size + 1):
             data_dir = root / f"member-{sid}"
             data_dir.mkdir(parents=True)
             (data_dir / "myid").write_text(f"{sid}\n")
-            ensemble.members.append(
-                Member(sid, free_port(), free_port(), free_port(), data_dir))
+            port = client_port if client_port and sid == 1 else free_port()
+            ensemble.members.append(Member(sid, port, free_port(), free_port(), data_dir))
         for m in ensemble.members:
             ensemble._write_config(m)
         for m in ensemble.members:

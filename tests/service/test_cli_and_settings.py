@@ -110,3 +110,33 @@ def test_barrier_state_machine() -> None:
     assert done.time_out(3.0) == done
     assert b.time_out(3.0).state is BarrierState.TIMED_OUT
     assert Barrier.from_bytes(done.to_bytes()) == done
+
+
+def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
+    import signal
+    import socket
+    import subprocess
+
+    from service.local.ports import free_port
+
+    zk_port, kafka_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "dev", "up", "--zk-port", str(zk_port),
+         "--kafka-port", str(kafka_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Kafka:"):
+                break
+        assert f"ZooKeeper: 127.0.0.1:{zk_port}" in "".join(lines), lines
+        for port in (zk_port, kafka_port):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    for port in (zk_port, kafka_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
