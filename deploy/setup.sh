@@ -28,6 +28,7 @@ if [ "${1:-}" = "--dev" ]; then
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
     [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
     command -v wrk >/dev/null || missing+=(wrk)
+    command -v mvn >/dev/null || missing+=(maven)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "==> installing Debian packages: ${missing[*]}" >&2
         if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -35,6 +36,9 @@ if [ "${1:-}" = "--dev" ]; then
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
             "${missing[@]}" >/dev/null
     fi
+    # the Kafka broker's jars from Maven Central, once (cached under .cache/, git-ignored)
+    echo "==> Kafka broker jars (deploy/local/kafka/pom.xml)" >&2
+    .venv/bin/python -c "from service.local.kafka import fetch_jars; print(fetch_jars())" >&2
 else
     echo "==> installing coxswain into .venv" >&2
     .venv/bin/python -m pip install --quiet -e .

@@ -81,8 +81,10 @@ def test_bad_settings_are_refused_with_a_reason(tmp_path: Path) -> None:
         parse_input("orders:8")
     with pytest.raises(SettingsError, match="positive integer"):
         parse_input("kafka.orders:0")
-    result = cli("serve", "--input", "kafka.orders", "--data-dir", str(tmp_path))
+    result = cli("serve", "--input", "orders:8", "--data-dir", str(tmp_path))
     assert result.returncode != 0 and "SYSTEM.STREAM:PARTITIONS" in result.stderr
+    result = cli("serve", "--input", "kafka.orders", "--data-dir", str(tmp_path))
+    assert result.returncode != 0 and "need --kafka-bootstrap" in result.stderr
     result = cli("serve", "--elasticity-factor", "6", "--data-dir", str(tmp_path))
     assert "power of two" in result.stderr
     broken = tmp_path / "broken.toml"
