@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -204,6 +205,31 @@ def _dev_up(args: argparse.Namespace) -> None:
         zk.stop()
 
 
+def _worker(args: argparse.Namespace) -> None:
+    import importlib
+
+    from service.logs import configure
+    from worker.runtime import Worker, WorkerConfig, spark_session
+
+    configure(json_lines=False, level=args.log_level)
+    module, _, name = args.app.partition(":")
+    if not name:
+        raise SystemExit("coxswain: --app must look like module:function")
+    process_batch = getattr(importlib.import_module(module), name)
+    config = WorkerConfig(
+        coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
+        processor_id=args.processor_id, location=args.location or socket.gethostname(),
+        token=args.token, spark_master=args.spark_master,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        max_commit_delay_s=args.max_commit_delay_ms / 1000)
+    worker = Worker(config, process_batch, spark_session(args.spark_master))
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    try:
+        worker.run()
+    except KeyboardInterrupt:
+        worker.stop()
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``coxswain``."""
     p = argparse.ArgumentParser(prog="coxswain", description=__doc__.splitlines()[0])
@@ -230,6 +256,19 @@ def parser() -> argparse.ArgumentParser:
     scale = sub.add_parser("scale", help="set the elasticity factor")
     scale.add_argument("factor", type=int)
     scale.set_defaults(func=_scale)
+    w = sub.add_parser("worker", help="run a PySpark worker (one processor)")
+    w.add_argument("--coordinator", default=os.environ.get("COXSWAIN_URL",
+                                                           "http://127.0.0.1:8080"))
+    w.add_argument("--app", required=True, help="module:function, process_batch(df, ctx)")
+    w.add_argument("--kafka-bootstrap", default="127.0.0.1:9092")
+    w.add_argument("--processor-id")
+    w.add_argument("--location", help="location id (default: the hostname)")
+    w.add_argument("--token", default=os.environ.get("COXSWAIN_WORKER_TOKEN"))
+    w.add_argument("--spark-master", default="local[2]")
+    w.add_argument("--max-offsets-per-trigger", type=int)
+    w.add_argument("--max-commit-delay-ms", type=int, default=60_000)
+    w.add_argument("--log-level", default="INFO")
+    w.set_defaults(func=_worker)
     dev = sub.add_parser("dev", help="local services for trying the full system")
     dev.add_argument("action", choices=["up"], help="start ZooKeeper and Kafka until Ctrl-C")
     dev.add_argument("--zk-port", type=int, default=2181)

@@ -1,0 +1,129 @@
+"""End to end on a real Kafka broker, a real coordinator and PySpark workers as separate
+processes: every record is processed, per key in order, with no duplicates caused by
+scale changes. Slow: each worker is a Spark application."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from service.local.kafka import LocalKafka
+from tests.service.conftest import StartServer
+
+pytestmark = pytest.mark.slow
+KEYS = 300
+
+
+class Producing:
+    """Keyed records, each key's carrying 0, 1, 2, ... as its value."""
+
+    def __init__(self, kafka: LocalKafka, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "log_level": 2})
+        self.topic = topic
+        self.seq: dict[str, int] = defaultdict(int)
+        self.total = 0
+
+    def send(self, n: int) -> None:
+        for i in range(n):
+            key = f"key-{(self.total + i) * 7919 % KEYS}"
+            self.producer.produce(self.topic, key=key.encode(),
+                                  value=str(self.seq[key]).encode())
+            self.seq[key] += 1
+        self.total += n
+        self.producer.flush(30)
+
+
+def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.partition.eof": True, "log_level": 2})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[dict[str, Any]] = []
+    try:
+        while True:
+            msg = consumer.poll(5)
+            if msg is None or msg.error() is not None:
+                return out
+            out.append(json.loads(msg.value() or b"{}"))
+    finally:
+        consumer.close()
+
+
+def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str
+                 ) -> subprocess.Popen[bytes]:
+    log = (tmp / f"{pid}.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "worker", "--coordinator", url,
+         "--app", "tests.worker.apps:record_to_topic", "--kafka-bootstrap", kafka.bootstrap,
+         "--processor-id", pid, "--location", f"host-{pid}", "--spark-master", "local[2]",
+         "--max-offsets-per-trigger", "400"],
+        stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
+
+
+def wait_output(kafka: LocalKafka, output: str, expected: int, timeout_s: float = 240
+                ) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = read_all(kafka, output)
+        if len({(r["key"], r["seq"]) for r in records}) >= expected:
+            return records
+        assert time.monotonic() < deadline, f"only {len(records)} of {expected} processed"
+        time.sleep(2)
+
+
+def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    for f in admin.create_topics([NewTopic(topic, 4, 1), NewTopic(output, 1, 1)]).values():
+        f.result(30)
+    producing = Producing(kafka, topic)
+    producing.send(2000)
+    server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
+                          "--debounce-ms", "300", "--partition-poll-interval-ms", "1000",
+                          "--lease-ttl-ms", "20000")
+    workers = [start_worker(tmp_path, server.url, kafka, output, f"w{i}") for i in range(2)]
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            for factor in (2, 4, 2):
+                assert c.post("/scale", json={"elasticityFactor": factor}).status_code == 202
+                for _ in range(5):  # produce while the new version takes over
+                    producing.send(100)
+                    time.sleep(0.5)
+                wait_output(kafka, output, producing.total)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(60)
+            except subprocess.TimeoutExpired:
+                w.kill()
+    records = read_all(kafka, output)
+    seen: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        seen[r["key"]].append(r["seq"])
+    expected = {k: list(range(n)) for k, n in producing.seq.items()}
+    assert {k: sorted(set(v)) for k, v in seen.items()} == expected  # nothing lost
+    duplicates = sum(len(v) - len(set(v)) for v in seen.values())
+    assert duplicates == 0, f"{duplicates} duplicates from scale changes"
+    for key, seqs in seen.items():  # per key, in order
+        assert seqs == sorted(seqs), (key, seqs[:20])
+    versions = {r["version"] for r in records}
+    assert len(versions) >= 3  # the work really moved through several job models

@@ -1,0 +1,88 @@
+"""The query plan of a worker: assignment, starting offsets, filter and commit, from the
+API's JSON (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from worker.plan import EARLIEST, LATEST, QueryPlan, SspStart, plan_query
+
+MODEL: dict[str, Any] = {
+    "version": 7, "config": {"elasticityFactor": 2},
+    "containers": {"w1": {"tasks": {
+        "Partition 0_0_2": {"taskName": "Partition 0_0_2", "taskMode": "Active",
+                            "systemStreamPartitions": [{"system": "kafka", "stream": "orders",
+                                                        "partition": 0, "keyBucket": 0}]},
+        "Partition 0_1_2": {"taskName": "Partition 0_1_2", "taskMode": "Active",
+                            "systemStreamPartitions": [{"system": "kafka", "stream": "orders",
+                                                        "partition": 0, "keyBucket": 1}]},
+        "Partition 3_1_2": {"taskName": "Partition 3_1_2", "taskMode": "Active",
+                            "systemStreamPartitions": [{"system": "kafka", "stream": "orders",
+                                                        "partition": 3, "keyBucket": 1}]},
+        "Partition 5_0_2-standby": {"taskMode": "Standby", "systemStreamPartitions": [
+            {"system": "kafka", "stream": "orders", "partition": 5, "keyBucket": 0}]},
+    }}}}
+
+
+def offsets(task: str, partition: int, bucket: int, offset: str) -> dict[str, Any]:
+    return {"inputOffsets": [{"ssp": {"system": "kafka", "stream": "orders",
+                                      "partition": partition, "keyBucket": bucket},
+                              "offset": offset}]}
+
+
+CHECKPOINTS = {
+    "Partition 0_0_2": offsets("Partition 0_0_2", 0, 0, "100") | {"skipBelow": [
+        {"ssp": {"system": "kafka", "stream": "orders", "partition": 0},
+         "elasticityFactor": 4, "keyBucket": 2, "offset": "130"}]},
+    "Partition 0_1_2": offsets("Partition 0_1_2", 0, 1, "120"),
+    "Partition 3_1_2": offsets("Partition 3_1_2", 3, 1, "earliest"),
+}
+
+
+def test_assign_and_starting_offsets_take_the_slowest_bucket() -> None:
+    plan = plan_query(MODEL, "w1", CHECKPOINTS)
+    assert plan.version == 7 and plan.factor == 2
+    assert plan.assign() == {"orders": [0, 3]}  # standbys are not read
+    assert plan.starting_offsets() == {"orders": {"0": 100, "3": EARLIEST}}
+
+
+def test_filter_keeps_owned_buckets_and_honours_skip_watermarks() -> None:
+    sql = plan_query(MODEL, "w1", CHECKPOINTS).filter_sql()
+    assert "(topic = 'orders' AND partition = 0 AND keyBucket IN (0, 1))" in sql
+    assert "(topic = 'orders' AND partition = 3 AND keyBucket IN (1))" in sql
+    assert ("NOT (topic = 'orders' AND partition = 0 AND CASE WHEN key IS NULL THEN "
+            "pmod(offset, 4) ELSE pmod(crc32(key), 4) END = 2 AND offset < 130)") in sql
+
+
+def test_commit_advances_every_bucket_of_a_partition_the_batch_read() -> None:
+    plan = plan_query(MODEL, "w1", CHECKPOINTS)
+    body = plan.commit({("orders", 0): 150})
+    assert set(body) == {"Partition 0_0_2", "Partition 0_1_2"}  # partition 3 had no batch
+    assert body["Partition 0_1_2"]["inputOffsets"] == [
+        {"ssp": {"system": "kafka", "stream": "orders", "partition": 0, "keyBucket": 1},
+         "offset": "150"}]
+
+
+def test_a_worker_without_tasks_reads_nothing() -> None:
+    plan = plan_query(MODEL, "w9", {})
+    assert plan.assign() == {} and plan.filter_sql() == "(false)"
+
+
+starts = st.lists(st.one_of(st.integers(0, 10**6), st.sampled_from([EARLIEST, LATEST])),
+                  min_size=1, max_size=8)
+
+
+@given(starts)
+def test_the_partition_start_is_the_earliest_bucket_start(values: list[int]) -> None:
+    plan = QueryPlan(1, 8, tuple(SspStart(f"t{i}", "s", 0, i, v)
+                                 for i, v in enumerate(values)))
+    got = plan.starting_offsets()["s"]["0"]
+    if EARLIEST in values:
+        assert got == EARLIEST
+    elif all(v == LATEST for v in values):
+        assert got == LATEST
+    else:
+        assert got == min(v for v in values if v >= 0)

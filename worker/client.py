@@ -1,0 +1,154 @@
+"""The worker's side of the REST API: register, heartbeat, follow job models, ack, read
+and commit checkpoints. Transient failures (connection errors, 5xx, 503 while the
+coordinator fails over) are retried with exponential backoff and full jitter; 4xx answers
+are the coordinator's word and are returned or raised as they are."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("coxswain.worker.client")
+
+
+class CoordinatorError(Exception):
+    """The coordinator refused a request (4xx); ``code`` is API.md's error code."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.status, self.code, self.detail = status, code, detail
+
+
+class Fenced(CoordinatorError):
+    """409 ``fenced``: this processor may not commit these tasks any more."""
+
+
+class LeaseLost(CoordinatorError):
+    """404 ``unknown_processor``: the lease expired; stop processing and register again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What ``POST /processors`` answered."""
+
+    processor_id: str
+    lease_ttl_ms: int
+    heartbeat_interval_ms: int
+
+
+class CoordinatorClient:
+    """A thread-safe client of one coordinator (or a load balancer in front of replicas)."""
+
+    def __init__(self, url: str, token: str | None = None, *, max_attempts: int = 8,
+                 base_delay_s: float = 0.1, max_delay_s: float = 5.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url, headers=headers, timeout=70)
+        self._max_attempts = max_attempts
+        self._base, self._cap = base_delay_s, max_delay_s
+        self._sleep = sleep
+
+    def close(self) -> None:
+        """Close connections."""
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        for attempt in range(self._max_attempts):
+            try:
+                r = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as e:
+                reason = f"{type(e).__name__}"
+            else:
+                if r.status_code < 500:
+                    return r
+                reason = f"HTTP {r.status_code}"
+            delay = random.uniform(0, min(self._cap, self._base * 2 ** attempt))
+            log.warning("%s %s failed (%s); retrying in %.2fs", method, path, reason, delay)
+            self._sleep(delay)
+        raise ConnectionError(f"{method} {path}: coordinator unavailable after "
+                              f"{self._max_attempts} attempts")
+
+    @staticmethod
+    def _raise(r: httpx.Response) -> None:
+        if r.status_code < 400:
+            return
+        try:
+            body = r.json()
+            code, detail = str(body.get("error")), str(body.get("detail"))
+        except ValueError:
+            code, detail = "http_error", r.text
+        if r.status_code == 409 and code == "fenced":
+            raise Fenced(r.status_code, code, detail)
+        if r.status_code == 404 and code == "unknown_processor":
+            raise LeaseLost(r.status_code, code, detail)
+        raise CoordinatorError(r.status_code, code, detail)
+
+    def register(self, processor_id: str | None, location_id: str) -> Registration:
+        """Register (or re-register) this processor."""
+        body: dict[str, Any] = {"locationId": location_id}
+        if processor_id:
+            body["processorId"] = processor_id
+        r = self._call("POST", "/processors", json=body)
+        self._raise(r)
+        d = r.json()
+        return Registration(d["processorId"], int(d["leaseTtlMs"]),
+                            int(d["heartbeatIntervalMs"]))
+
+    def heartbeat(self, processor_id: str, task_lags: dict[str, int] | None = None,
+                  stats: dict[str, Any] | None = None) -> int | None:
+        """Renew the lease; returns the latest job model version (LeaseLost on 404)."""
+        body: dict[str, Any] = {}
+        if task_lags is not None:
+            body["taskLags"] = task_lags
+        if stats is not None:
+            body["stats"] = stats
+        r = self._call("POST", f"/processors/{processor_id}/heartbeat", json=body)
+        self._raise(r)
+        version = r.json().get("jobModelVersion")
+        return None if version is None else int(version)
+
+    def leave(self, processor_id: str) -> None:
+        """Deregister now (graceful stop)."""
+        self._raise(self._call("DELETE", f"/processors/{processor_id}"))
+
+    def job_model(self, processor_id: str, since: int | None = None, wait_ms: int = 0,
+                  barrier: str | None = None) -> dict[str, Any] | None:
+        """The latest job model, or None when nothing newer than ``since`` came within
+        ``wait_ms`` (or no model exists yet)."""
+        params: dict[str, Any] = {"processorId": processor_id}
+        if since is not None:
+            params["since"] = since
+            params["waitMs"] = wait_ms
+        if barrier is not None:
+            params["barrier"] = barrier
+        r = self._call("GET", "/jobmodel", params=params)
+        if r.status_code in (304, 404) and (r.status_code == 304 or since is None):
+            return None
+        self._raise(r)
+        return dict(r.json())
+
+    def ack(self, processor_id: str, version: int) -> str:
+        """Acknowledge ``version``; returns the barrier state."""
+        r = self._call("POST", f"/jobmodel/{version}/ack", json={"processorId": processor_id})
+        self._raise(r)
+        return str(r.json()["barrier"])
+
+    def checkpoints(self, task_names: list[str]) -> dict[str, Any]:
+        """Resolved start offsets and skip watermarks of ``task_names``."""
+        r = self._call("GET", "/checkpoints", params={"taskName": task_names})
+        self._raise(r)
+        return dict(r.json())
+
+    def commit(self, processor_id: str, version: int, checkpoints: dict[str, Any]) -> int:
+        """Commit per-bucket offsets; returns how many moved forward (Fenced on 409)."""
+        r = self._call("POST", "/checkpoints", json={
+            "processorId": processor_id, "jobModelVersion": version,
+            "checkpoints": checkpoints})
+        self._raise(r)
+        return int(r.json()["advanced"])

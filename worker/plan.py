@@ -1,0 +1,169 @@
+"""What one worker's Structured Streaming query reads, keeps and commits, for one job
+model version: pure functions from the API's JSON to Spark options and SQL.
+
+* ``assign``: the partitions of the worker's active tasks.
+* ``startingOffsets``: per partition, the smallest resolved start of its buckets (a
+  bucket that got further skips the difference through its watermark).
+* the key-bucket column, computed in Spark SQL exactly like ``grouping.key_bucket``:
+  ``crc32(key) mod F``, a null key by ``offset mod F`` (F a power of two, so ``pmod``).
+* a filter, evaluated in the JVM before any Python sees a row: records of buckets this
+  worker does not own, and records below a sub-bucket's skip watermark, are dropped.
+* after a batch, the commit: every bucket of a partition advances to the batch's end
+  offset of that partition, whether or not it had records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EARLIEST, LATEST = -2, -1  # Spark's startingOffsets codes
+
+
+@dataclass(frozen=True, slots=True)
+class SspStart:
+    """One SSP(Kb) of a task and where it starts."""
+
+    task: str
+    topic: str
+    partition: int
+    key_bucket: int  # -1: the whole partition
+    start: int  # an offset, EARLIEST or LATEST
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Records of sub-bucket ``bucket`` under ``factor`` with offset below ``offset`` are
+    done already."""
+
+    topic: str
+    partition: int
+    factor: int
+    bucket: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """Everything a query for one version needs."""
+
+    version: int
+    factor: int
+    starts: tuple[SspStart, ...]
+    skips: tuple[Skip, ...] = field(default=())
+
+    def assign(self) -> dict[str, list[int]]:
+        """Spark's ``assign`` option: topic -> partitions."""
+        out: dict[str, set[int]] = {}
+        for s in self.starts:
+            out.setdefault(s.topic, set()).add(s.partition)
+        return {t: sorted(ps) for t, ps in sorted(out.items())}
+
+    def starting_offsets(self) -> dict[str, dict[str, int]]:
+        """Spark's ``startingOffsets`` JSON: per partition the smallest start of its
+        buckets (earliest wins over any offset; latest only if all are latest)."""
+        out: dict[str, dict[str, int]] = {}
+        for s in self.starts:
+            per = out.setdefault(s.topic, {})
+            key = str(s.partition)
+            per[key] = s.start if key not in per else _earlier(per[key], s.start)
+        return out
+
+    def bucket_expr(self, factor: int | None = None) -> str:
+        """Spark SQL for a record's key bucket under ``factor`` (default: the model's)."""
+        f = factor or self.factor
+        return (f"CASE WHEN key IS NULL THEN pmod(offset, {f}) "
+                f"ELSE pmod(crc32(key), {f}) END")
+
+    def filter_sql(self) -> str:
+        """Spark SQL keeping only owned buckets not below a skip watermark."""
+        whole: set[tuple[str, int]] = set()
+        buckets: dict[tuple[str, int], set[int]] = {}
+        for s in self.starts:
+            if s.key_bucket < 0:
+                whole.add((s.topic, s.partition))
+            else:
+                buckets.setdefault((s.topic, s.partition), set()).add(s.key_bucket)
+        keep = []
+        for topic, p in sorted(whole | set(buckets)):
+            where = f"(topic = {sql_string(topic)} AND partition = {p}"
+            if (topic, p) not in whole:
+                mine = sorted(buckets[(topic, p)])
+                where += f" AND keyBucket IN ({', '.join(map(str, mine))})"
+            keep.append(where + ")")
+        sql = "(" + (" OR ".join(keep) or "false") + ")"
+        for w in self.skips:
+            sql += (f" AND NOT (topic = {sql_string(w.topic)} AND partition = {w.partition} AND "
+                    f"{self.bucket_expr(w.factor)} = {w.bucket} AND offset < {w.offset})")
+        return sql
+
+    def commit(self, end_offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+        """``checkpoints`` of ``POST /checkpoints``: every SSP(Kb) of a partition the batch
+        read advances to that partition's end (the next offset to read)."""
+        out: dict[str, Any] = {}
+        for s in self.starts:
+            end = end_offsets.get((s.topic, s.partition))
+            if end is None:
+                continue
+            ssp: dict[str, Any] = {"system": "kafka", "stream": s.topic,
+                                   "partition": s.partition}
+            if s.key_bucket >= 0:
+                ssp["keyBucket"] = s.key_bucket
+            out.setdefault(s.task, {"inputOffsets": []})["inputOffsets"].append(
+                {"ssp": ssp, "offset": str(end)})
+        return out
+
+
+def plan_query(model: Mapping[str, Any], processor_id: str,
+               checkpoints: Mapping[str, Any]) -> QueryPlan:
+    """The plan of ``processor_id`` for a job model (API JSON) and the resolved
+    checkpoints of its active tasks (``GET /checkpoints`` JSON)."""
+    container = model["containers"].get(processor_id, {"tasks": {}})
+    factor = int(model["config"].get("elasticityFactor", 1))
+    starts: list[SspStart] = []
+    skips: list[Skip] = []
+    for name, task in sorted(container["tasks"].items()):
+        if task.get("taskMode", "Active") != "Active":
+            continue
+        resolved = {_ssp_key(o["ssp"]): o["offset"]
+                    for o in checkpoints.get(name, {}).get("inputOffsets", [])}
+        for ssp in task["systemStreamPartitions"]:
+            if ssp.get("system", "kafka") != "kafka":
+                continue
+            raw = resolved.get(_ssp_key(ssp), "earliest")
+            starts.append(SspStart(name, ssp["stream"], int(ssp["partition"]),
+                                   int(ssp.get("keyBucket", -1)), _offset(raw)))
+        for w in checkpoints.get(name, {}).get("skipBelow", []):
+            offset = _offset(w["offset"])
+            if offset >= 0:
+                skips.append(Skip(w["ssp"]["stream"], int(w["ssp"]["partition"]),
+                                  int(w["elasticityFactor"]), int(w["keyBucket"]), offset))
+    return QueryPlan(int(model["version"]), factor, tuple(starts), tuple(skips))
+
+
+def _ssp_key(ssp: Mapping[str, Any]) -> tuple[str, int, int]:
+    return (ssp["stream"], int(ssp["partition"]), int(ssp.get("keyBucket", -1)))
+
+
+def _offset(raw: str) -> int:
+    if raw == "earliest":
+        return EARLIEST
+    if raw == "latest":
+        return LATEST
+    return int(raw)
+
+
+def _earlier(a: int, b: int) -> int:
+    if EARLIEST in (a, b):
+        return EARLIEST
+    if a == LATEST:
+        return b
+    if b == LATEST:
+        return a
+    return min(a, b)
+
+
+def sql_string(s: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,340 @@
+"""One worker = one PySpark application acting as one Coxswain processor.
+
+Life of a worker: register; heartbeat on the interval the coordinator gives (with stats);
+for each job model version whose barrier is done, run one Structured Streaming query over
+its tasks (``worker.plan``); on a newer version, keep running if the worker's own
+assignment did not change (ack at once), else hand over: let the running batch finish
+and its commit be acknowledged, stop the query, ack, wait for the barrier, start the next
+query. Each query gets a fresh Spark checkpoint folder: where to start comes from the
+coordinator's per-bucket checkpoints, never from Spark's own log.
+
+Commits are asynchronous (SAMZA-2591's shape): after a batch, the per-bucket next offsets
+are snapshotted synchronously, then uploaded by a background thread while the next batch
+runs. A commit still uploading when the next is due is skipped (the next one covers it,
+offsets being monotonic) while within ``max_commit_delay_s``; beyond that, processing
+waits for it. A fenced commit (409) stops the query at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+
+from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
+from worker.jars import connector_jars
+from worker.plan import QueryPlan, plan_query, sql_string
+
+log = logging.getLogger("coxswain.worker")
+
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "keyBucket",
+           "taskName")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker runs."""
+
+    coordinator: str
+    kafka_bootstrap: str
+    processor_id: str | None = None
+    location: str = field(default_factory=socket.gethostname)
+    token: str | None = None
+    spark_master: str = "local[2]"
+    max_offsets_per_trigger: int | None = None
+    max_commit_delay_s: float = 60.0
+    trigger_interval_s: float = 0.5
+    checkpoint_root: Path | None = None
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What ``process_batch`` gets besides the rows."""
+
+    processor_id: str
+    version: int
+    batch_id: int
+    spark: SparkSession
+
+
+ProcessBatch = Callable[[DataFrame, BatchContext], None]
+
+
+class AsyncCommitter:
+    """Uploads commits in the background, at most one at a time."""
+
+    def __init__(self, upload: Callable[[int, dict[str, Any]], int],
+                 max_delay_s: float) -> None:
+        self._upload = upload
+        self._max_delay_s = max_delay_s
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="commit")
+        self._pending: Future[int] | None = None
+        self._pending_since = 0.0
+        self.skipped = 0
+
+    def submit(self, version: int, checkpoints: dict[str, Any]) -> None:
+        """Upload ``checkpoints`` unless the previous upload still runs within the delay
+        (then skip: the next commit covers this one); beyond the delay, wait for it."""
+        if not checkpoints:
+            return
+        pending = self._pending
+        if pending is not None and not pending.done():
+            if time.monotonic() - self._pending_since < self._max_delay_s:
+                self.skipped += 1
+                return
+            log.warning("commit delayed beyond %.0fs: processing waits for it",
+                        self._max_delay_s)
+            pending.result()
+        if pending is not None and pending.done():
+            pending.result()  # surfaces Fenced from the previous upload
+        self._pending_since = time.monotonic()
+        self._pending = self._pool.submit(self._upload, version, checkpoints)
+
+    def flush(self) -> None:
+        """Wait until the last upload is acknowledged (raises what it raised)."""
+        if self._pending is not None:
+            self._pending.result()
+
+    def close(self) -> None:
+        """Stop the upload thread."""
+        self._pool.shutdown(wait=True)
+
+
+class Worker:
+    """Runs one processor until :meth:`stop`."""
+
+    def __init__(self, config: WorkerConfig, process_batch: ProcessBatch,
+                 spark: SparkSession, client: CoordinatorClient | None = None) -> None:
+        self.config = config
+        self._process = process_batch
+        self._spark = spark
+        self._client = client or CoordinatorClient(config.coordinator, config.token)
+        self._stop = threading.Event()
+        self._lease_lost = threading.Event()
+        self._batch_lock = threading.Lock()
+        self._stopping_query = False
+        self._fenced = threading.Event()
+        self.processor_id = config.processor_id or ""
+        self._stats: dict[str, Any] = {}
+        self._root = config.checkpoint_root or Path(tempfile.mkdtemp(prefix="coxswain-"))
+
+    # -- lifecycle
+
+    def stop(self) -> None:
+        """Ask the worker to stop (it hands over its tasks and leaves)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Register and process until stopped."""
+        while not self._stop.is_set():
+            reg = self._client.register(self.config.processor_id, self.config.location)
+            self.processor_id = reg.processor_id
+            self._lease_lost.clear()
+            log.info("registered as %s at %s", self.processor_id, self.config.location)
+            beat = threading.Thread(target=self._heartbeat,
+                                    args=(reg.heartbeat_interval_ms / 1000,), daemon=True)
+            beat.start()
+            try:
+                self._follow()
+            finally:
+                self._lease_lost.set()  # ends the heartbeat thread
+                beat.join(10)
+        try:
+            self._client.leave(self.processor_id)
+        except Exception as e:
+            log.warning("leaving failed: %s", e)
+        self._client.close()
+
+    def _heartbeat(self, interval_s: float) -> None:
+        while not self._lease_lost.wait(interval_s):
+            try:
+                self._client.heartbeat(self.processor_id, stats=dict(self._stats))
+            except LeaseLost:
+                log.error("lease lost: stopping processing and registering again")
+                self._lease_lost.set()
+            except Exception as e:
+                log.warning("heartbeat failed: %s", e)
+
+    # -- following job models
+
+    def _follow(self) -> None:
+        model = None
+        while model is None and not self._done():
+            model = self._client.job_model(self.processor_id, since=None)
+            if model is None:
+                time.sleep(0.5)
+        running: tuple[QueryPlan, Any] | None = None
+        mine: Any = None
+        try:
+            while model is not None and not self._done():
+                tasks = self._my_tasks(model)
+                if running is not None and tasks == mine:
+                    self._ack(model)  # keep running
+                else:
+                    if running is not None:
+                        self._hand_over(running)
+                        running = None
+                    self._ack(model)
+                    model = self._await_barrier(model)
+                    if model is None:
+                        break
+                    tasks = self._my_tasks(model)
+                    running = self._start(model)
+                mine = tasks
+                model = self._next_model(model["version"])
+        finally:
+            if running is not None:
+                self._hand_over(running)
+
+    def _done(self) -> bool:
+        return self._stop.is_set() or self._lease_lost.is_set() or self._fenced.is_set()
+
+    def _ack(self, model: dict[str, Any]) -> None:
+        """Acknowledge a version this processor is part of (a version generated before it
+        joined has nothing to acknowledge)."""
+        if self.processor_id not in model["containers"]:
+            return
+        try:
+            self._client.ack(self.processor_id, model["version"])
+        except CoordinatorError as e:
+            if e.code != "not_a_participant":
+                raise
+
+    def _my_tasks(self, model: dict[str, Any]) -> Any:
+        return model["containers"].get(self.processor_id, {}).get("tasks", {})
+
+    def _next_model(self, version: int) -> dict[str, Any] | None:
+        while not self._done():
+            model = self._client.job_model(self.processor_id, since=version, wait_ms=1000)
+            if model is not None:
+                return model
+        return None
+
+    def _await_barrier(self, model: dict[str, Any]) -> dict[str, Any] | None:
+        """Wait until ``model``'s barrier is done; a newer version may come instead."""
+        while not self._done():
+            if model["barrier"] == "done":
+                return model
+            # a timed-out barrier is followed by a newer version: wait for that one
+            pending = "pending" if model["barrier"] == "pending" else None
+            newer = self._client.job_model(self.processor_id, since=model["version"],
+                                           wait_ms=1000, barrier=pending)
+            if newer is None:
+                continue
+            if newer["version"] != model["version"]:
+                self._ack(newer)
+            model = newer
+        return None
+
+    # -- queries
+
+    def _start(self, model: dict[str, Any]) -> tuple[QueryPlan, Any] | None:
+        names = sorted(n for n, t in self._my_tasks(model).items()
+                       if t.get("taskMode", "Active") == "Active")
+        if not names:
+            log.info("version %d: no active tasks here", model["version"])
+            return None
+        try:
+            checkpoints = self._client.checkpoints(names)
+        except CoordinatorError as e:  # a newer version replaced this one meanwhile
+            log.info("version %d: checkpoints not readable (%s); waiting for the next",
+                     model["version"], e)
+            return None
+        plan = plan_query(model, self.processor_id, checkpoints)
+        if not plan.starts:
+            log.info("version %d: no active tasks here", plan.version)
+            return None
+        committer = AsyncCommitter(
+            lambda v, cps: self._client.commit(self.processor_id, v, cps),
+            self.config.max_commit_delay_s)
+        reader = (self._spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", self.config.kafka_bootstrap)
+                  .option("assign", json.dumps(plan.assign()))
+                  .option("startingOffsets", json.dumps(plan.starting_offsets()))
+                  .option("failOnDataLoss", "false"))
+        if self.config.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", self.config.max_offsets_per_trigger)
+        source = reader.load().withColumn("keyBucket", F.expr(plan.bucket_expr()))
+        task_of = _task_column(plan)
+        self._stopping_query = False
+
+        def on_batch(batch: DataFrame, batch_id: int) -> None:
+            with self._batch_lock:
+                if self._stopping_query or self._fenced.is_set():
+                    return  # handing over: this batch is left to the next owner
+                started = time.monotonic()
+                batch.persist()
+                try:
+                    ends = {(r["topic"], r["partition"]): int(r["end"]) for r in batch.groupBy(
+                        "topic", "partition").agg((F.max("offset") + 1).alias("end")).collect()}
+                    if ends:
+                        mine = batch.where(plan.filter_sql()).withColumn(
+                            "taskName", F.expr(task_of)).select(*COLUMNS)
+                        self._process(mine, BatchContext(self.processor_id, plan.version,
+                                                         batch_id, self._spark))
+                        try:
+                            committer.submit(plan.version, plan.commit(ends))
+                        except Fenced as e:
+                            log.error("fenced: %s; stopping this query", e)
+                            self._fenced.set()
+                finally:
+                    batch.unpersist()
+                took = time.monotonic() - started
+                self._stats = {"batchSeconds": round(took, 3), "version": plan.version,
+                               "commitsSkipped": committer.skipped}
+
+        folder = self._root / f"v{plan.version}-{uuid.uuid4().hex[:8]}"
+        query = (source.writeStream.foreachBatch(on_batch)
+                 .option("checkpointLocation", str(folder))
+                 .trigger(processingTime=f"{int(self.config.trigger_interval_s * 1000)} "
+                                          "milliseconds")
+                 .start())
+        log.info("version %d: query over %s from %s", plan.version, plan.assign(),
+                 plan.starting_offsets())
+        return plan, (query, committer)
+
+    def _hand_over(self, running: tuple[QueryPlan, Any]) -> None:
+        """Let the running batch finish, wait for its commit, stop the query."""
+        plan, (query, committer) = running
+        self._stopping_query = True
+        with self._batch_lock:  # the batch in flight (if any) ends first
+            pass
+        try:
+            committer.flush()
+        except Fenced as e:
+            log.error("last commit of version %d fenced: %s", plan.version, e)
+        query.stop()
+        committer.close()
+        log.info("version %d: stopped after its last commit", plan.version)
+
+
+def _task_column(plan: QueryPlan) -> str:
+    """Spark SQL naming the task of each kept record."""
+    cases = []
+    for s in plan.starts:
+        cond = f"topic = {sql_string(s.topic)} AND partition = {s.partition}"
+        if s.key_bucket >= 0:
+            cond += f" AND keyBucket = {s.key_bucket}"
+        cases.append(f"WHEN {cond} THEN {sql_string(s.task)}")
+    return "CASE " + " ".join(cases) + " END"
+
+
+def spark_session(master: str, app_name: str = "coxswain-worker") -> SparkSession:
+    """A Spark session with the Kafka connector's jars from the local cache."""
+    return (SparkSession.builder.master(master).appName(app_name)
+            .config("spark.jars", ",".join(str(p) for p in connector_jars()))
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .getOrCreate())
