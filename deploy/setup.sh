@@ -39,6 +39,8 @@ if [ "${1:-}" = "--dev" ]; then
     # the Kafka broker's jars from Maven Central, once (cached under .cache/, git-ignored)
     echo "==> Kafka broker jars (deploy/local/kafka/pom.xml)" >&2
     .venv/bin/python -c "from service.local.kafka import fetch_jars; print(fetch_jars())" >&2
+    echo "==> Spark Kafka connector jars (deploy/local/spark/pom.xml)" >&2
+    .venv/bin/python -c "from worker.jars import connector_jars; print(connector_jars()[0].parent)" >&2
 else
     echo "==> installing coxswain into .venv" >&2
     .venv/bin/python -m pip install --quiet -e .

@@ -269,6 +269,8 @@ class Worker:
         source = reader.load().withColumn("keyBucket", F.expr(plan.bucket_expr()))
         task_of = _task_column(plan)
         self._stopping_query = False
+        self._committed: dict[tuple[str, int], int] = {}
+        holder: list[Any] = []  # the query, once started
 
         def on_batch(batch: DataFrame, batch_id: int) -> None:
             with self._batch_lock:
@@ -277,8 +279,10 @@ class Worker:
                 started = time.monotonic()
                 batch.persist()
                 try:
-                    ends = {(r["topic"], r["partition"]): int(r["end"]) for r in batch.groupBy(
-                        "topic", "partition").agg((F.max("offset") + 1).alias("end")).collect()}
+                    per_partition = batch.groupBy("topic", "partition").agg(
+                        (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()
+                    ends = {(r["topic"], r["partition"]): int(r["end"]) for r in per_partition}
+                    read = sum(int(r["n"]) for r in per_partition)
                     if ends:
                         mine = batch.where(plan.filter_sql()).withColumn(
                             "taskName", F.expr(task_of)).select(*COLUMNS)
@@ -292,8 +296,12 @@ class Worker:
                 finally:
                     batch.unpersist()
                 took = time.monotonic() - started
-                self._stats = {"batchSeconds": round(took, 3), "version": plan.version,
-                               "commitsSkipped": committer.skipped}
+                self._committed.update(ends)
+                self._stats = {
+                    "batchSeconds": round(took, 3), "version": plan.version,
+                    "recordsPerSecond": round(read / took, 1) if took > 0 else 0.0,
+                    "commitsSkipped": committer.skipped,
+                    "consumerLag": _consumer_lag(plan, self._committed, holder)}
 
         folder = self._root / f"v{plan.version}-{uuid.uuid4().hex[:8]}"
         query = (source.writeStream.foreachBatch(on_batch)
@@ -301,6 +309,7 @@ class Worker:
                  .trigger(processingTime=f"{int(self.config.trigger_interval_s * 1000)} "
                                           "milliseconds")
                  .start())
+        holder.append(query)
         log.info("version %d: query over %s from %s", plan.version, plan.assign(),
                  plan.starting_offsets())
         return plan, (query, committer)
@@ -318,6 +327,25 @@ class Worker:
         query.stop()
         committer.close()
         log.info("version %d: stopped after its last commit", plan.version)
+
+
+def _consumer_lag(plan: QueryPlan, committed: dict[tuple[str, int], int],
+                  holder: list[Any]) -> dict[str, int]:
+    """Per task: the partition's latest offset (as the query last saw it) minus the next
+    offset committed for it, for the autosizer."""
+    progress = holder[0].lastProgress if holder else None
+    if not progress or not progress.get("sources"):
+        return {}
+    latest = progress["sources"][0].get("latestOffset") or {}
+    if isinstance(latest, str):
+        latest = json.loads(latest)
+    lag: dict[str, int] = {}
+    for s in plan.starts:
+        end = latest.get(s.topic, {}).get(str(s.partition))
+        done = committed.get((s.topic, s.partition))
+        if end is not None and done is not None:
+            lag[s.task] = max(lag.get(s.task, 0), int(end) - done)
+    return lag
 
 
 def _task_column(plan: QueryPlan) -> str:

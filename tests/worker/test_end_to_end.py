@@ -107,6 +107,11 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
                     producing.send(100)
                     time.sleep(0.5)
                 wait_output(kafka, output, producing.total)
+            time.sleep(3)  # a heartbeat or two
+            stats = {p["processorId"]: p["stats"] for p in c.get("/status").json()["processors"]}
+            assert set(stats) == {"w0", "w1"}
+            for s in stats.values():  # what the autosizer reads
+                assert {"batchSeconds", "recordsPerSecond", "consumerLag"} <= set(s), s
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
