@@ -132,3 +132,70 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
         assert seqs == sorted(seqs), (key, seqs[:20])
     versions = {r["version"] for r in records}
     assert len(versions) >= 3  # the work really moved through several job models
+
+
+def test_join_graceful_leave_and_kill_9(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    for f in admin.create_topics([NewTopic(topic, 4, 1), NewTopic(output, 1, 1)]).values():
+        f.result(30)
+    producing = Producing(kafka, topic)
+    producing.send(1000)
+    server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
+                          "--debounce-ms", "300", "--partition-poll-interval-ms", "1000",
+                          "--lease-ttl-ms", "6000", "--elasticity-factor", "2")
+    workers = {f"w{i}": start_worker(tmp_path, server.url, kafka, output, f"w{i}")
+               for i in range(2)}
+    try:
+        wait_output(kafka, output, producing.total)
+        workers["w2"] = start_worker(tmp_path, server.url, kafka, output, "w2")  # joins
+        for _ in range(6):
+            producing.send(100)
+            time.sleep(1)
+        wait_output(kafka, output, producing.total)
+        workers["w0"].send_signal(signal.SIGTERM)  # leaves gracefully
+        for _ in range(4):
+            producing.send(100)
+            time.sleep(0.5)
+        assert workers["w0"].wait(120) == 0
+        wait_output(kafka, output, producing.total)
+        before_kill = len(read_all(kafka, output))
+        for _ in range(4):  # the victim is mid-run when it dies
+            producing.send(100)
+            time.sleep(0.3)
+        workers["w1"].kill()  # kill -9
+        workers["w1"].wait(30)
+        producing.send(300)
+        wait_output(kafka, output, producing.total)
+    finally:
+        for w in workers.values():
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        for w in workers.values():
+            try:
+                w.wait(60)
+            except subprocess.TimeoutExpired:
+                w.kill()
+    records = read_all(kafka, output)
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    duplicated: list[dict[str, Any]] = []
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        k = (r["key"], r["seq"])
+        if k in first:
+            duplicated.append(first[k])
+            continue
+        first[k] = r | {"at": i}
+        per_key[r["key"]].append(r["seq"])
+    assert {k: sorted(v) for k, v in per_key.items()} == {
+        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
+    for key, seqs in per_key.items():  # per key in order, duplicates removed
+        assert seqs == sorted(seqs), (key, seqs[:20])
+    # duplicates only where the killed worker had processed without committing
+    assert all(d["processor"] == "w1" for d in duplicated), duplicated[:5]
+    # ... in its last batch(es): output after everything before the kill run-up, less
+    # one batch's worth (--max-offsets-per-trigger 400)
+    assert all(d["at"] >= before_kill - 400 for d in duplicated), duplicated[:5]
+    assert {r["processor"] for r in records} == {"w0", "w1", "w2"}
