@@ -209,19 +209,22 @@ def _worker(args: argparse.Namespace) -> None:
     import importlib
 
     from service.logs import configure
-    from worker.runtime import Worker, WorkerConfig, spark_session
+    from worker.runtime import Worker, WorkerConfig, spark_session, task_api
 
     configure(json_lines=False, level=args.log_level)
     module, _, name = args.app.partition(":")
     if not name:
         raise SystemExit("coxswain: --app must look like module:function")
-    process_batch = getattr(importlib.import_module(module), name)
+    user_function = getattr(importlib.import_module(module), name)
+    process_batch = (task_api(user_function, args.output_topic, args.kafka_bootstrap)
+                     if args.api == "task" else user_function)
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
         token=args.token, spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
-        max_commit_delay_s=args.max_commit_delay_ms / 1000)
+        max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
+        output_topic=args.output_topic)
     worker = Worker(config, process_batch, spark_session(args.spark_master))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     try:
@@ -259,7 +262,10 @@ def parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="run a PySpark worker (one processor)")
     w.add_argument("--coordinator", default=os.environ.get("COXSWAIN_URL",
                                                            "http://127.0.0.1:8080"))
-    w.add_argument("--app", required=True, help="module:function, process_batch(df, ctx)")
+    w.add_argument("--app", required=True, help="module:function: process_batch(df, ctx), "
+                   "or process_task(ctx, rows) with --api task")
+    w.add_argument("--api", choices=["batch", "task"], default="batch")
+    w.add_argument("--output-topic", help="Kafka topic for the rows process_task returns")
     w.add_argument("--kafka-bootstrap", default="127.0.0.1:9092")
     w.add_argument("--processor-id")
     w.add_argument("--location", help="location id (default: the hostname)")

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
@@ -55,6 +58,8 @@ class WorkerConfig:
     spark_master: str = "local[2]"
     max_offsets_per_trigger: int | None = None
     max_commit_delay_s: float = 60.0
+    api: str = "batch"  # or "task": process_task(ctx, rows) per virtual task
+    output_topic: str | None = None  # where process_task's returned rows go
     trigger_interval_s: float = 0.5
     checkpoint_root: Path | None = None
 
@@ -70,6 +75,52 @@ class BatchContext:
 
 
 ProcessBatch = Callable[[DataFrame, BatchContext], None]
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What ``process_task`` gets besides its rows (picklable: it travels to Python
+    workers)."""
+
+    processor_id: str
+    version: int
+    task_name: str
+
+
+ProcessTask = Callable[[TaskContext, pd.DataFrame], "pd.DataFrame | None"]
+OUTPUT_SCHEMA = "key binary, value binary"
+
+
+def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) -> ProcessBatch:
+    """``process_batch`` running ``fn`` once per virtual task of each batch, in parallel
+    across tasks (Spark's ``applyInPandas``) and with each task's rows in offset order
+    (SEP-32: parallelism beyond partitions, order within a key). Rows ``fn`` returns
+    (columns ``key``, ``value``: bytes or str) go to ``output_topic``."""
+
+    def process_batch(df: DataFrame, ctx: BatchContext) -> None:
+        run = _task_runner(fn, ctx.processor_id, ctx.version)
+        result = df.groupBy("taskName").applyInPandas(run, OUTPUT_SCHEMA)
+        if output_topic:
+            (result.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+             .option("topic", output_topic).save())
+        else:
+            result.count()  # run it
+
+    return process_batch
+
+
+def _task_runner(fn: ProcessTask, processor_id: str, version: int
+                 ) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def run(rows: pd.DataFrame) -> pd.DataFrame:
+        rows = rows.sort_values(["partition", "offset"], kind="stable").reset_index(drop=True)
+        out = fn(TaskContext(processor_id, version, str(rows["taskName"].iloc[0])), rows)
+        if out is None or len(out) == 0:
+            return pd.DataFrame({"key": pd.Series([], dtype=object),
+                                 "value": pd.Series([], dtype=object)})
+        return pd.DataFrame({c: [v.encode() if isinstance(v, str) else v for v in out[c]]
+                             for c in ("key", "value")})
+
+    return run
 
 
 class AsyncCommitter:
@@ -193,7 +244,7 @@ class Worker:
                     tasks = self._my_tasks(model)
                     running = self._start(model)
                 mine = tasks
-                model = self._next_model(model["version"])
+                model = self._next_model(model["version"], running)
         finally:
             if running is not None:
                 self._hand_over(running)
@@ -215,8 +266,13 @@ class Worker:
     def _my_tasks(self, model: dict[str, Any]) -> Any:
         return model["containers"].get(self.processor_id, {}).get("tasks", {})
 
-    def _next_model(self, version: int) -> dict[str, Any] | None:
+    def _next_model(self, version: int, running: tuple[QueryPlan, Any] | None = None
+                    ) -> dict[str, Any] | None:
         while not self._done():
+            if running is not None and not running[1][0].isActive:
+                # the user's code or Spark failed: fail loudly rather than idle with a lease
+                raise RuntimeError(f"the query of version {running[0].version} died: "
+                                   f"{running[1][0].exception()}")
             model = self._client.job_model(self.processor_id, since=version, wait_ms=1000)
             if model is not None:
                 return model
@@ -360,7 +416,9 @@ def _task_column(plan: QueryPlan) -> str:
 
 
 def spark_session(master: str, app_name: str = "coxswain-worker") -> SparkSession:
-    """A Spark session with the Kafka connector's jars from the local cache."""
+    """A Spark session with the Kafka connector's jars from the local cache, whose Python
+    workers run this interpreter (with its packages: pandas for ``process_task``)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (SparkSession.builder.master(master).appName(app_name)
             .config("spark.jars", ",".join(str(p) for p in connector_jars()))
             .config("spark.ui.enabled", "false")

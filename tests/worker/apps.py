@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 
+import pandas as pd
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 
-from worker.runtime import BatchContext
+from worker.runtime import BatchContext, TaskContext
 
 
 def record_to_topic(df: DataFrame, ctx: BatchContext) -> None:
@@ -23,3 +24,14 @@ def record_to_topic(df: DataFrame, ctx: BatchContext) -> None:
             "processor": ctx.processor_id, "version": ctx.version, "batch": ctx.batch_id,
             "offset": r["offset"], "partition": r["partition"]}).encode())
     producer.flush(30)
+
+
+def echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """process_task: one output row per input row, (key, seq, task, processor, version)."""
+    return pd.DataFrame({
+        "key": list(rows["key"]),
+        "value": [json.dumps({"key": k.decode(), "seq": int(v), "task": ctx.task_name,
+                              "processor": ctx.processor_id, "version": ctx.version,
+                              "offset": int(o), "partition": int(p)})
+                  for k, v, o, p in zip(rows["key"], rows["value"], rows["offset"],
+                                        rows["partition"], strict=True)]})

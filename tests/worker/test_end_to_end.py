@@ -31,8 +31,11 @@ class Producing:
     """Keyed records, each key's carrying 0, 1, 2, ... as its value."""
 
     def __init__(self, kafka: LocalKafka, topic: str) -> None:
+        # murmur2 like Java producers: librdkafka's default (CRC-32 of the key) would tie
+        # a key's partition to its key bucket and leave half the buckets empty
         self.producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all",
-                                  "enable.idempotence": True, "log_level": 2})
+                                  "enable.idempotence": True, "log_level": 2,
+                                  "partitioner": "murmur2_random"})
         self.topic = topic
         self.seq: dict[str, int] = defaultdict(int)
         self.total = 0
@@ -62,14 +65,16 @@ def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
         consumer.close()
 
 
-def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str
-                 ) -> subprocess.Popen[bytes]:
+def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
+                 *extra: str) -> subprocess.Popen[bytes]:
     log = (tmp / f"{pid}.log").open("wb")
+    app = ("tests.worker.apps:echo_task" if "--api" in extra
+           else "tests.worker.apps:record_to_topic")
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", url,
-         "--app", "tests.worker.apps:record_to_topic", "--kafka-bootstrap", kafka.bootstrap,
+         "--app", app, "--kafka-bootstrap", kafka.bootstrap,
          "--processor-id", pid, "--location", f"host-{pid}", "--spark-master", "local[2]",
-         "--max-offsets-per-trigger", "400"],
+         "--max-offsets-per-trigger", "400", *extra],
         stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
 
@@ -199,3 +204,35 @@ def test_join_graceful_leave_and_kill_9(
     # one batch's worth (--max-offsets-per-trigger 400)
     assert all(d["at"] >= before_kill - 400 for d in duplicated), duplicated[:5]
     assert {r["processor"] for r in records} == {"w0", "w1", "w2"}
+
+
+def test_process_task_runs_per_virtual_task_in_offset_order(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    for f in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(output, 1, 1)]).values():
+        f.result(30)
+    producing = Producing(kafka, topic)
+    producing.send(1500)
+    server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
+                          "--debounce-ms", "300", "--elasticity-factor", "4")
+    worker = start_worker(tmp_path, server.url, kafka, output, "w0", "--api", "task",
+                          "--output-topic", output)
+    try:
+        wait_output(kafka, output, producing.total)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    records = read_all(kafka, output)
+    per_key: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        per_key[r["key"]].append(r["seq"])
+    assert per_key == {k: list(range(n)) for k, n in producing.seq.items()}  # exactly once
+    tasks = {r["task"] for r in records}
+    assert tasks == {f"Partition {p}_{b}_4" for p in range(2) for b in range(4)}
+    for r in records:  # each record went to the virtual task of its key bucket
+        assert r["task"].startswith(f"Partition {r['partition']}_")
