@@ -1,0 +1,1 @@
+"""Runnable example apps for ``coxswain worker`` (see README.md here)."""
