@@ -133,3 +133,37 @@ def test_tombstones_remove_keys_under_compaction(kafka: LocalKafka) -> None:
     found = replay.get("taskLocality", "Partition 4")
     assert found is not None and (found.value, found.version) == (b"host-b", 2)
     replay.close()
+
+
+def test_broker_restart_mid_run_the_coordinator_reconnects_and_keeps_serving(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    job = f"job{uuid.uuid4().hex[:8]}"
+    server = start_server("--metadata-store", "kafka", "--kafka-bootstrap", kafka.bootstrap,
+                          "--job", job, "--input", "kafka.orders:4", "--debounce-ms", "100",
+                          "--lease-ttl-ms", "60000", data_dir=tmp_path)
+    with server.client() as c:
+        w0 = SimWorker(c, "w0", "host-0")
+        w0.register()
+        first = wait_for_version(c, 0)
+        kafka.stop()
+        try:
+            assert c.get("/jobmodel").status_code == 200  # served from memory meanwhile
+        finally:
+            kafka.start()
+        deadline = time.monotonic() + 60
+        while w0.heartbeat().status_code != 200:  # writes go through again
+            assert time.monotonic() < deadline, "the coordinator did not reconnect"
+            time.sleep(0.5)
+        w1 = SimWorker(c, "w1", "host-1")
+        assert w1.register().status_code == 201
+        model = wait_for_version(c, first["version"], 30_000)
+        while set(model["containers"]) != {"w0", "w1"}:
+            model = wait_for_version(c, model["version"], 30_000)
+    # and what was written after the restart is in the stream
+    replay = KafkaMetadataStore(kafka.bootstrap, job, "replay")
+    replay.start()
+    try:
+        assert set(replay.keys("processors")) == {"w0", "w1"}
+    finally:
+        replay.close()
