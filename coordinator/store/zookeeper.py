@@ -51,6 +51,9 @@ from coordinator.store.metadata import Fence, Versioned
 log = logging.getLogger("coxswain.zookeeper")
 
 DEFAULT_CHUNK_BYTES = 512 * 1024
+_SPECIAL = {("jobModelVersion", "latest"): "jobModelVersion",
+            ("jobModelVersion", "active"): "activeJobModelVersion",
+            ("config", "desired"): "config"}
 _MANIFEST = b"COXSWAIN-CHUNKED\n"
 _BATCH_BYTES = 512 * 1024  # per ZooKeeper transaction of put_many
 _BATCH_OPS = 500
@@ -89,9 +92,24 @@ class ZkMetadataStore:
     # -- paths
 
     def path(self, namespace: str, key: str | None = None) -> str:
-        """The znode of ``namespace`` (or of one of its keys)."""
+        """The znode of ``namespace`` (or of one of its keys). A few keys have the
+        Samza-like places of the README's layout: the version pointers are
+        ``/jobModelVersion`` and ``/activeJobModelVersion``, the desired config is
+        ``/config``, a version's barrier is ``/barriers/{version}/state``."""
+        if key is not None:
+            special = _SPECIAL.get((namespace, key))
+            if special is not None:
+                return f"{self.root}/{special}"
+            if namespace == "barriers":
+                return f"{self.root}/barriers/{_quote(key)}/state"
         base = f"{self.root}/{_quote(namespace)}"
         return base if key is None else f"{base}/{_quote(key)}"
+
+    def _key_node(self, namespace: str, key: str) -> str:
+        """The znode to remove to forget ``key`` (a barrier's whole folder)."""
+        if namespace == "barriers":
+            return f"{self.root}/barriers/{_quote(key)}"
+        return self.path(namespace, key)
 
     def _chunk_dir(self, namespace: str, key: str) -> str:
         return f"{self.root}/_chunks/{_quote(namespace)}/{_quote(key)}"
@@ -168,13 +186,14 @@ class ZkMetadataStore:
     def delete(self, namespace: str, key: str) -> bool:
         """Remove ``key`` (and its chunks); True if it existed."""
         with _guarded(self._zk):
+            node = self._key_node(namespace, key)
             try:
-                self._zk.delete(self.path(namespace, key))
+                self._zk.delete(node)
                 existed = True
             except NoNodeError:
                 existed = False
             except NotEmptyError:
-                self._zk.delete(self.path(namespace, key), recursive=True)
+                self._zk.delete(node, recursive=True)
                 existed = True
             self._delete_tree(self._chunk_dir(namespace, key))
             return existed
@@ -218,7 +237,7 @@ class ZkMetadataStore:
             data, chunk_id = self._chunk(namespace, key, value)
             path = self.path(namespace, key)
             if expected_version is None:
-                self._zk.ensure_path(self.path(namespace))
+                self._zk.ensure_path(path.rsplit("/", 1)[0])
             tx = self._zk.transaction()
             if fence is not None:
                 tx.check(self.path(fence.namespace, fence.key), fence.version - 1)

@@ -220,3 +220,32 @@ def test_watch_fires_on_changes_from_another_client(
         other.close()
     assert len(fired) >= 2  # once at once, once for the write
     assert fired[1] - written < 0.1
+
+
+def test_zookeeper_layout_of_the_readme(zk_client: KazooClient) -> None:
+    from coordinator.barrier import Barrier, BarrierRepository, BarrierState
+    from coordinator.locality import DesiredConfig
+
+    store = ZkMetadataStore(zk_client, zk_root())
+    repo = JobModelRepository(store, keep_last=2)
+    ssps = [SSP("kafka", "in", p) for p in range(2)]
+    barriers = BarrierRepository(store)
+    pointer = None
+    for version in (1, 2, 3):
+        model = generate_job_model(version, ssps, GroupByPartition(), 1, {"w1": "a"}).job_model
+        assert repo.publish(model, pointer)
+        pointer = (repo.latest() or (0, 0))[1]
+        barriers.save(Barrier(version, BarrierState.PENDING, frozenset({"w1"}), frozenset(),
+                              1.0))
+    repo.set_active(3)
+    DesiredConfig(store).update(elasticityFactor=2)
+    barriers.update(3, lambda b: b.ack("w1", 2.0))
+    barriers.prune(3)
+    r = store.root
+    assert zk_client.get(f"{r}/jobModelVersion")[0] == b"3"
+    assert zk_client.get(f"{r}/activeJobModelVersion")[0] == b"3"
+    assert b"elasticityFactor" in zk_client.get(f"{r}/config")[0]
+    assert sorted(zk_client.get_children(f"{r}/jobModels")) == [f"{v:020d}" for v in (2, 3)]
+    assert zk_client.get_children(f"{r}/barriers") == [f"{3:020d}"]  # older ones pruned
+    assert b'"done"' in zk_client.get(f"{r}/barriers/{3:020d}/state")[0]
+    assert barriers.load(3) is not None
