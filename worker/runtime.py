@@ -419,8 +419,13 @@ def spark_session(master: str, app_name: str = "coxswain-worker") -> SparkSessio
     """A Spark session with the Kafka connector's jars from the local cache, whose Python
     workers run this interpreter (with its packages: pandas for ``process_task``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (SparkSession.builder.master(master).appName(app_name)
-            .config("spark.jars", ",".join(str(p) for p in connector_jars()))
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "4")
-            .getOrCreate())
+    spark = (SparkSession.builder.master(master).appName(app_name)
+             .config("spark.jars", ",".join(str(p) for p in connector_jars()))
+             .config("spark.ui.enabled", "false")
+             # one shuffle partition per core, not coalesced: process_task's virtual
+             # tasks run in parallel up to the cores the worker has
+             .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
+             .getOrCreate())
+    spark.conf.set("spark.sql.shuffle.partitions",
+                   str(max(1, spark.sparkContext.defaultParallelism)))
+    return spark

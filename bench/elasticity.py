@@ -1,0 +1,195 @@
+"""Elasticity on a real Kafka broker and Spark: a job whose per-record work waits 2 ms (an
+external call), on a topic of 2 partitions, one worker with local[8].
+
+* Coxswain, ``process_task`` at elasticity factor 1, 2, 4, 8: records/s, from the first
+  record's start of work to the last one's end (Spark start-up excluded), and per-key
+  order violations (a record whose work ended before that of a lower sequence number);
+* the same work as a plain Spark Kafka query (``mapInPandas``, no Coxswain), with and
+  without ``minPartitions=8``, and the per-key order violations the split produces.
+
+Run: python -m bench.elasticity [--records 4000]
+Targets (issue #6): factor 4 >= 3.5x factor 1; Coxswain at factor 1 within 10% of plain
+Spark; zero order violations for Coxswain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from service.local.kafka import LocalKafka
+from tests.service.server import Server
+
+WORK_S = 0.002
+KEYS = 500
+
+
+def slow_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
+    """process_task: 2 ms of waiting per record, then one output record."""
+    out = []
+    for k, v in zip(rows["key"], rows["value"], strict=True):
+        started = time.time()
+        time.sleep(WORK_S)
+        out.append(json.dumps({"key": k.decode(), "seq": int(v), "t0": started,
+                               "t": time.time()}))
+    return pd.DataFrame({"key": list(rows["key"]), "value": out})
+
+
+def _plain_work(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for rows in batches:
+        out = []
+        for k, v in zip(rows["key"], rows["value"], strict=True):
+            started = time.time()
+            time.sleep(WORK_S)
+            out.append(json.dumps({"key": bytes(k).decode(), "seq": int(v), "t0": started,
+                                   "t": time.time()}).encode())
+        yield pd.DataFrame({"key": list(rows["key"]), "value": out})
+
+
+def produce(kafka: LocalKafka, topic: str, n: int) -> None:
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+                  "log_level": 2})
+    seq: dict[int, int] = defaultdict(int)
+    for i in range(n):
+        key = i * 7919 % KEYS
+        p.produce(topic, key=f"key-{key}".encode(), value=str(seq[key]).encode())
+        seq[key] += 1
+    p.flush(60)
+
+
+def read_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 600
+                ) -> list[tuple[int, dict[str, Any]]]:
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                  "log_level": 2})
+    c.assign([TopicPartition(topic, p, 0) for p in range(1)])
+    out: list[tuple[int, dict[str, Any]]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            msg = c.poll(1.0)
+            if msg is None or msg.error() is not None:
+                continue
+            out.append((msg.timestamp()[1], json.loads(msg.value() or b"{}")))
+    finally:
+        c.close()
+    if len(out) < n:
+        raise RuntimeError(f"only {len(out)} of {n} records came out")
+    return out
+
+
+def rate_and_violations(out: list[tuple[int, dict[str, Any]]]) -> tuple[float, int]:
+    """Records/s from the first record's start of work to the last one's end; order
+    violations: per key, a record processed (by its end time) before a lower sequence."""
+    seconds = max(0.001, max(r["t"] for _, r in out) - min(r["t0"] for _, r in out))
+    last: dict[str, int] = {}
+    violations = 0
+    for r in sorted((r for _, r in out), key=lambda r: r["t"]):
+        if r["seq"] < last.get(r["key"], -1):
+            violations += 1
+        last[r["key"]] = max(last.get(r["key"], -1), r["seq"])
+    return len(out) / seconds, violations
+
+
+def topics(kafka: LocalKafka, *specs: tuple[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    for f in admin.create_topics([NewTopic(t, n, 1) for t, n in specs]).values():
+        f.result(60)
+
+
+def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path) -> tuple[float, int]:
+    out_topic = f"out-{uuid.uuid4().hex[:8]}"
+    topics(kafka, (out_topic, 1))
+    data = tmp / f"f{factor}"
+    data.mkdir()
+    server = Server(data, ["--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{source}",
+                           "--elasticity-factor", str(factor), "--debounce-ms", "100",
+                           "--log-level", "WARNING"]).start()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
+         "--api", "task", "--app", "bench.elasticity:slow_task", "--output-topic", out_topic,
+         "--kafka-bootstrap", kafka.bootstrap, "--spark-master", "local[8]",
+         "--processor-id", "w0", "--log-level", "WARNING"],
+        stdout=(data / "worker.log").open("wb"), stderr=subprocess.STDOUT)
+    try:
+        return rate_and_violations(read_output(kafka, out_topic, n))
+    finally:
+        worker.terminate()
+        worker.wait(60)
+        server.stop()
+
+
+def plain_spark(kafka: LocalKafka, source: str, n: int, min_partitions: int | None,
+                tmp: Path) -> tuple[float, int]:
+    from pyspark.sql import SparkSession
+
+    from worker.jars import connector_jars
+
+    out_topic = f"out-{uuid.uuid4().hex[:8]}"
+    topics(kafka, (out_topic, 1))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (SparkSession.builder.master("local[8]").appName("plain")
+             .config("spark.jars", ",".join(str(p) for p in connector_jars()))
+             .config("spark.ui.enabled", "false").getOrCreate())
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest"))
+    if min_partitions:
+        reader = reader.option("minPartitions", min_partitions)
+    df = reader.load().select("key", "value").mapInPandas(_plain_work, "key binary, value binary")
+    query = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+             .option("topic", out_topic)
+             .option("checkpointLocation", str(tmp / f"plain-{uuid.uuid4().hex[:6]}"))
+             .start())
+    try:
+        return rate_and_violations(read_output(kafka, out_topic, n))
+    finally:
+        query.stop()
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=4000)
+    args = parser.parse_args()
+    kafka = LocalKafka.create().start()
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            source = f"in-{uuid.uuid4().hex[:8]}"
+            topics(kafka, (source, 2))
+            produce(kafka, source, args.records)
+            for factor in (1, 2, 4, 8):
+                rate, bad = coxswain(kafka, source, factor, args.records, Path(tmp))
+                rows.append((f"Coxswain F={factor}", rate, bad))
+                print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",
+                      flush=True)
+            for mp in (None, 8):
+                rate, bad = plain_spark(kafka, source, args.records, mp, Path(tmp))
+                rows.append((f"plain Spark{' minPartitions=8' if mp else ''}", rate, bad))
+                print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",
+                      flush=True)
+    finally:
+        kafka.destroy()
+    base = rows[0][1]
+    print("| job | records/s | x F=1 | order violations |")
+    print("|-----|-----------|-------|------------------|")
+    for name, rate, bad in rows:
+        print(f"| {name} | {rate:,.0f} | {rate / base:.2f} | {bad} |")
+
+
+if __name__ == "__main__":
+    main()
