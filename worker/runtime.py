@@ -99,6 +99,10 @@ def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) ->
 
     def process_batch(df: DataFrame, ctx: BatchContext) -> None:
         run = _task_runner(fn, ctx.processor_id, ctx.version)
+        # tasks are hashed onto shuffle partitions; with many more partitions than tasks,
+        # few tasks share one (and run serially) while the cores stay busy
+        cores = ctx.spark.sparkContext.defaultParallelism
+        ctx.spark.conf.set("spark.sql.shuffle.partitions", str(max(cores, 16 * cores)))
         result = df.groupBy("taskName").applyInPandas(run, OUTPUT_SCHEMA)
         if output_topic:
             (result.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
