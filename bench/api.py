@@ -117,7 +117,7 @@ def polls(url: str, version: int, seconds: float) -> float:
                       if line.startswith("Requests/sec")))
 
 
-async def _raw_long_poll(port: int, version: int) -> float:
+async def raw_long_poll(port: int, version: int) -> float:
     """A long poll over a bare socket (no client library in the way): the time its
     status line arrives."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -139,7 +139,7 @@ async def notification(url: str, rounds: int) -> list[float]:
         for r in range(rounds):
             version = (await admin.get("/jobmodel", params={"processorId": "none"})).json()[
                 "version"]
-            waiters = [asyncio.create_task(_raw_long_poll(port, version))
+            waiters = [asyncio.create_task(raw_long_poll(port, version))
                        for _ in range(CLIENTS)]
             await asyncio.sleep(0.3)  # every waiter is parked
             resp = await admin.post("/scale", json={"elasticityFactor": factors[r % 2]})

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.api import raw_long_poll
 from service.local.zookeeper import ZooKeeperEnsemble
 from tests.service.ha import Fleet, index_of, replicas, wait_leader
 
@@ -85,24 +86,12 @@ def worker_failover(root: Path, zk: str, runs: int) -> list[float]:
     return times
 
 
-async def _long_poll(port: int, since: int) -> float:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET /jobmodel?since={since}&waitMs=30000&processorId=none HTTP/1.1\r\n"
-                 "Host: bench\r\nConnection: close\r\n\r\n".encode())
-    await writer.drain()
-    line = await reader.readline()
-    at = time.time()
-    assert b" 200 " in line, line
-    writer.close()
-    return at
-
-
 async def _notify_rounds(leader_url: str, follower_port: int, rounds: int) -> list[float]:
     delays: list[float] = []
     async with httpx.AsyncClient(base_url=leader_url, timeout=60) as lc:
         for r in range(rounds):
             version = (await lc.get("/status")).json()["latestVersion"]
-            waiters = [asyncio.create_task(_long_poll(follower_port, version))
+            waiters = [asyncio.create_task(raw_long_poll(follower_port, version))
                        for _ in range(16)]
             await asyncio.sleep(0.3)
             resp = await lc.post("/scale", json={"elasticityFactor": 2 ** (r % 2 + 1)})

@@ -272,9 +272,11 @@ class KafkaMetadataStore:
             return
         self._append(k, value, version, wait=wait)
 
-    def _record(self, value: bytes, version: int, chunked: bool = False) -> bytes:
+    def _record(self, value: bytes, version: int, chunked: bool = False,
+                epoch: int | None = None) -> bytes:
         body: dict[str, Any] = {"value": base64.b64encode(value).decode(), "version": version,
-                                "epoch": self._epoch, "source": self._replica_id,
+                                "epoch": self._epoch if epoch is None else epoch,
+                                "source": self._replica_id,
                                 "ts": int(time.time() * 1000)}
         if chunked:
             body["chunked"] = True
@@ -285,10 +287,8 @@ class KafkaMetadataStore:
         epoch = self._epoch
         if k == EPOCH:
             epoch = version  # an epoch claim carries the epoch it claims
-        body = json.loads(self._record(value, version, chunked))
-        body["epoch"] = epoch
         offsets: builtins.list[int] = []
-        self._produce(f"{k[0]}/{k[1]}", json.dumps(body).encode(), offsets)
+        self._produce(f"{k[0]}/{k[1]}", self._record(value, version, chunked, epoch), offsets)
         if wait:
             self._flush()
             if not offsets:
@@ -407,7 +407,10 @@ class KafkaMetadataStore:
                         raw_key, epoch, self._max_epoch)
             if current is not None and self._epoch == self._max_epoch and not self._fenced:
                 # compaction would keep the ignored record: write ours again after it
-                self._produce(raw_key, self._record_of(current, k))
+                if len(current.value) > self._chunk_bytes:
+                    log.error("%s: a fenced write shadows a chunked value; it is rewritten "
+                              "on its next change", raw_key)
+                self._produce(raw_key, self._record(current.value, current.version))
             return
         if current is not None and current.offset >= offset:
             return
@@ -422,12 +425,6 @@ class KafkaMetadataStore:
                 return
             value = assembled
         self._entries[k] = _Entry(value, int(body["version"]), epoch, offset)
-
-    def _record_of(self, entry: _Entry, k: tuple[str, str]) -> bytes:
-        if len(entry.value) > self._chunk_bytes:
-            log.error("%s/%s: a fenced write shadows a chunked value; it is rewritten on "
-                      "its next change", *k)
-        return self._record(entry.value, entry.version)
 
     def _assemble(self, manifest: dict[str, Any]) -> bytes | None:
         prefix = None

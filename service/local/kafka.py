@@ -24,7 +24,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from service.local.ports import cache_dir, free_port
+from service.local.ports import cache_dir, free_port, stop_process
 
 KAFKA_VERSION = "3.9.1"
 POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "kafka" / "pom.xml"
@@ -156,15 +156,7 @@ class LocalKafka:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the broker by pid (SIGKILL for a crash); the data stays."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(15)
+        stop_process(self.proc, sig, grace_s=30)
         self.proc = None
 
     def destroy(self) -> None:

@@ -1,9 +1,11 @@
-"""Free loopback ports."""
+"""Free loopback ports, the cache folder, and stopping a process by its pid."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 from pathlib import Path
 
 
@@ -21,3 +23,16 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(__file__).resolve().parents[2] / ".cache"
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM,
+                 grace_s: float = 15.0) -> None:
+    """Signal ``proc`` (by its pid) and wait; SIGKILL if it outlives ``grace_s``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(15)

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.local.ports import cache_dir, free_port
+from service.local.ports import cache_dir, free_port, stop_process
 
 JARS = Path("/usr/share/java")
 HOW_TO_INSTALL = ("ZooKeeper not found at /usr/share/java/zookeeper.jar: run ./deploy/test.sh "
@@ -144,15 +144,7 @@ class ZooKeeperEnsemble:
     def stop_member(self, sid: int, sig: int = signal.SIGTERM) -> None:
         """Stop member ``sid`` by pid (SIGKILL for a crash)."""
         m = self.member(sid)
-        if m.proc is None:
-            return
-        if m.proc.poll() is None:
-            m.proc.send_signal(sig)
-            try:
-                m.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(15)
+        stop_process(m.proc, sig)
         m.proc = None
 
     def wait_serving(self, timeout_s: float = 60.0) -> None:

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.local.kafka import LocalKafka
+from service.local.ports import stop_process
 from tests.service.conftest import StartServer
 
 pytestmark = pytest.mark.slow
@@ -79,6 +80,25 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
 
 
+def new_topics(kafka: LocalKafka, partitions: int) -> tuple[str, str]:
+    """A fresh input topic with ``partitions`` partitions and a one-partition output."""
+    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1),
+                                  NewTopic(output, 1, 1)]).values():
+        f.result(30)
+    return topic, output
+
+
+def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM (a graceful leave) to every worker still running, by pid, then wait."""
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    for w in workers:
+        stop_process(w, grace_s=60)
+
+
 def wait_output(kafka: LocalKafka, output: str, expected: int, timeout_s: float = 240
                 ) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout_s
@@ -93,10 +113,7 @@ def wait_output(kafka: LocalKafka, output: str, expected: int, timeout_s: float 
 def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
-    for f in admin.create_topics([NewTopic(topic, 4, 1), NewTopic(output, 1, 1)]).values():
-        f.result(30)
+    topic, output = new_topics(kafka, 4)
     producing = Producing(kafka, topic)
     producing.send(2000)
     server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
@@ -118,13 +135,7 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
             for s in stats.values():  # what the autosizer reads
                 assert {"batchSeconds", "recordsPerSecond", "consumerLag"} <= set(s), s
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(60)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_workers(workers)
     records = read_all(kafka, output)
     seen: dict[str, list[int]] = defaultdict(list)
     for r in records:
@@ -142,10 +153,7 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
 def test_join_graceful_leave_and_kill_9(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
-    for f in admin.create_topics([NewTopic(topic, 4, 1), NewTopic(output, 1, 1)]).values():
-        f.result(30)
+    topic, output = new_topics(kafka, 4)
     producing = Producing(kafka, topic)
     producing.send(1000)
     server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
@@ -175,14 +183,7 @@ def test_join_graceful_leave_and_kill_9(
         producing.send(300)
         wait_output(kafka, output, producing.total)
     finally:
-        for w in workers.values():
-            if w.poll() is None:
-                w.send_signal(signal.SIGTERM)
-        for w in workers.values():
-            try:
-                w.wait(60)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_workers(list(workers.values()))
     records = read_all(kafka, output)
     first: dict[tuple[str, int], dict[str, Any]] = {}
     duplicated: list[dict[str, Any]] = []
@@ -209,10 +210,7 @@ def test_join_graceful_leave_and_kill_9(
 def test_process_task_runs_per_virtual_task_in_offset_order(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
-    for f in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(output, 1, 1)]).values():
-        f.result(30)
+    topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(1500)
     server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
@@ -222,11 +220,7 @@ def test_process_task_runs_per_virtual_task_in_offset_order(
     try:
         wait_output(kafka, output, producing.total)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_workers([worker])
     records = read_all(kafka, output)
     per_key: dict[str, list[int]] = defaultdict(list)
     for r in records:
