@@ -53,6 +53,18 @@ def fetch_jars(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+def random_cluster_id() -> str:
+    """A KRaft cluster id as `kafka-storage.sh random-uuid` prints it, without a JVM start.
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with ``-``: the storage tool's argument
+    parser would take such an id for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass
 class LocalKafka:
     """One KRaft broker+controller on loopback, with its data in ``data_dir``."""
@@ -97,9 +109,7 @@ class LocalKafka:
             "",
         ]))
         if not (root / "logs" / "meta.properties").exists():
-            # what `kafka-storage.sh random-uuid` prints, without a JVM start
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            kafka._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+            kafka._java("kafka.tools.StorageTool", "format", f"--cluster-id={random_cluster_id()}",
                         "-c", str(root / "server.properties"), "--ignore-formatted", libs=libs)
         return kafka
 
