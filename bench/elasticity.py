@@ -7,7 +7,7 @@ external call), on a topic of 2 partitions, one worker with local[8].
 * the same work as a plain Spark Kafka query (``mapInPandas``, no Coxswain), with and
   without ``minPartitions=8``, and the per-key order violations the split produces.
 
-Run: python -m bench.elasticity [--records 4000]
+Run: python -m bench.elasticity [--records 16000] [--keys 10000] [--factors 1 2 4 8]
 Targets (issue #6): factor 4 >= 3.5x factor 1; Coxswain at factor 1 within 10% of plain
 Spark; zero order violations for Coxswain.
 """
@@ -36,7 +36,6 @@ from service.local.kafka import LocalKafka
 from tests.service.server import Server
 
 WORK_S = 0.002
-KEYS = 500
 
 
 def slow_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
@@ -46,7 +45,7 @@ def slow_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
         started = time.time()
         time.sleep(WORK_S)
         out.append(json.dumps({"key": k.decode(), "seq": int(v), "t0": started,
-                               "t": time.time()}))
+                               "t": time.time(), "task": ctx.task_name}))
     return pd.DataFrame({"key": list(rows["key"]), "value": out})
 
 
@@ -61,12 +60,12 @@ def _plain_work(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame({"key": list(rows["key"]), "value": out})
 
 
-def produce(kafka: LocalKafka, topic: str, n: int) -> None:
+def produce(kafka: LocalKafka, topic: str, n: int, keys: int) -> None:
     p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
                   "log_level": 2})
     seq: dict[int, int] = defaultdict(int)
     for i in range(n):
-        key = i * 7919 % KEYS
+        key = i * 7919 % keys
         p.produce(topic, key=f"key-{key}".encode(), value=str(seq[key]).encode())
         seq[key] += 1
     p.flush(60)
@@ -95,7 +94,14 @@ def read_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 600
 def rate_and_violations(out: list[tuple[int, dict[str, Any]]]) -> tuple[float, int]:
     """Records/s from the first record's start of work to the last one's end; order
     violations: per key, a record processed (by its end time) before a lower sequence."""
-    seconds = max(0.001, max(r["t"] for _, r in out) - min(r["t0"] for _, r in out))
+    start = min(r["t0"] for _, r in out)
+    seconds = max(0.001, max(r["t"] for _, r in out) - start)
+    spans: dict[str, list[float]] = defaultdict(list)
+    for _, r in out:
+        spans[r.get("task", "")].append(r["t0"])
+    for task, times in sorted(spans.items()):
+        print(f"    {task or '(plain)'}: {len(times)} records, work from "
+              f"{min(times) - start:.2f} s to {max(times) - start:.2f} s", flush=True)
     last: dict[str, int] = {}
     violations = 0
     for r in sorted((r for _, r in out), key=lambda r: r["t"]):
@@ -163,7 +169,10 @@ def plain_spark(kafka: LocalKafka, source: str, n: int, min_partitions: int | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=4000)
+    parser.add_argument("--records", type=int, default=16000)
+    parser.add_argument("--keys", type=int, default=10000)
+    parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--no-plain", action="store_true", help="skip the plain Spark runs")
     args = parser.parse_args()
     kafka = LocalKafka.create().start()
     rows = []
@@ -171,13 +180,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             source = f"in-{uuid.uuid4().hex[:8]}"
             topics(kafka, (source, 2))
-            produce(kafka, source, args.records)
-            for factor in (1, 2, 4, 8):
+            produce(kafka, source, args.records, args.keys)
+            for factor in args.factors:
                 rate, bad = coxswain(kafka, source, factor, args.records, Path(tmp))
                 rows.append((f"Coxswain F={factor}", rate, bad))
                 print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",
                       flush=True)
-            for mp in (None, 8):
+            for mp in () if args.no_plain else (None, 8):
                 rate, bad = plain_spark(kafka, source, args.records, mp, Path(tmp))
                 rows.append((f"plain Spark{' minPartitions=8' if mp else ''}", rate, bad))
                 print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",

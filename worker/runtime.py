@@ -21,12 +21,13 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ class BatchContext:
     version: int
     batch_id: int
     spark: SparkSession
+    task_names: tuple[str, ...] = ()  # this query's active tasks, in a fixed order
 
 
 ProcessBatch = Callable[[DataFrame, BatchContext], None]
@@ -93,17 +95,12 @@ OUTPUT_SCHEMA = "key binary, value binary"
 
 def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) -> ProcessBatch:
     """``process_batch`` running ``fn`` once per virtual task of each batch, in parallel
-    across tasks (Spark's ``applyInPandas``) and with each task's rows in offset order
-    (SEP-32: parallelism beyond partitions, order within a key). Rows ``fn`` returns
-    (columns ``key``, ``value``: bytes or str) go to ``output_topic``."""
+    across tasks and with each task's rows in offset order (SEP-32: parallelism beyond
+    partitions, order within a key). Rows ``fn`` returns (columns ``key``, ``value``: bytes
+    or str) go to ``output_topic``."""
 
     def process_batch(df: DataFrame, ctx: BatchContext) -> None:
-        run = _task_runner(fn, ctx.processor_id, ctx.version)
-        # tasks are hashed onto shuffle partitions; with many more partitions than tasks,
-        # few tasks share one (and run serially) while the cores stay busy
-        cores = ctx.spark.sparkContext.defaultParallelism
-        ctx.spark.conf.set("spark.sql.shuffle.partitions", str(max(cores, 16 * cores)))
-        result = df.groupBy("taskName").applyInPandas(run, OUTPUT_SCHEMA)
+        result = run_tasks(df, fn, ctx)
         if output_topic:
             (result.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
              .option("topic", output_topic).save())
@@ -113,18 +110,61 @@ def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) ->
     return process_batch
 
 
-def _task_runner(fn: ProcessTask, processor_id: str, version: int
-                 ) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    def run(rows: pd.DataFrame) -> pd.DataFrame:
-        rows = rows.sort_values(["partition", "offset"], kind="stable").reset_index(drop=True)
-        out = fn(TaskContext(processor_id, version, str(rows["taskName"].iloc[0])), rows)
-        if out is None or len(out) == 0:
-            return pd.DataFrame({"key": pd.Series([], dtype=object),
-                                 "value": pd.Series([], dtype=object)})
-        return pd.DataFrame({c: [v.encode() if isinstance(v, str) else v for v in out[c]]
-                             for c in ("key", "value")})
+def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
+    """The rows ``fn`` returns (``key``, ``value`` as bytes), ``fn`` called once per virtual
+    task of ``df`` with that task's rows in (partition, offset) order, tasks in parallel."""
+    return place_tasks(df, ctx).mapInPandas(
+        _partition_runner(fn, ctx.processor_id, ctx.version), OUTPUT_SCHEMA)
+
+
+def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
+    """``df`` repartitioned so that each virtual task's rows sit in one Spark partition,
+    task ``i`` (of ``ctx.task_names``) in partition ``i``; beyond 16 partitions per core
+    tasks share partitions round-robin.
+
+    Placing by index rather than by a hash of the task name matters: hashing 8 names onto
+    8 partitions leaves some empty and runs colliding tasks one after the other, so the
+    cores idle while the batch waits for the busiest partition.
+    """
+    names = ctx.task_names or ("",)
+    cores = max(1, ctx.spark.sparkContext.defaultParallelism)
+    partitions = min(len(names), 16 * cores)
+    index = "CASE taskName " + " ".join(
+        f"WHEN {sql_string(n)} THEN {i}" for i, n in enumerate(names)) + " ELSE 0 END"
+    return (df.withColumn("_taskIndex", F.expr(index))
+            .repartitionById(partitions, "_taskIndex").drop("_taskIndex"))
+
+
+def _partition_runner(fn: ProcessTask, processor_id: str, version: int
+                      ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        frames = [b for b in batches if len(b)]
+        if not frames:
+            return
+        rows = pd.concat(frames, ignore_index=True)
+        for task_name, unordered in rows.groupby("taskName", sort=True):
+            task_rows = unordered.sort_values(["partition", "offset"], kind="stable")
+            out = fn(TaskContext(processor_id, version, str(task_name)),
+                     task_rows.reset_index(drop=True))
+            if out is not None and len(out):
+                yield pd.DataFrame({c: [v.encode() if isinstance(v, str) else v
+                                        for v in out[c]] for c in ("key", "value")})
 
     return run
+
+
+def warm_python_workers(spark: SparkSession) -> None:
+    """Start one Python worker per core with pandas and pyarrow imported, before the first
+    batch. Spark reuses them; without this the first batch's tasks each pay a Python
+    start-up and imports, all at once, and begin up to a second apart on a small host."""
+    started = time.monotonic()
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    spark.range(cores, numPartitions=cores).mapInPandas(_pass_through, "id long").count()
+    log.info("%d Python workers ready in %.1fs", cores, time.monotonic() - started)
+
+
+def _pass_through(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    yield from batches
 
 
 class AsyncCommitter:
@@ -328,6 +368,7 @@ class Worker:
             reader = reader.option("maxOffsetsPerTrigger", self.config.max_offsets_per_trigger)
         source = reader.load().withColumn("keyBucket", F.expr(plan.bucket_expr()))
         task_of = _task_column(plan)
+        task_names = tuple(sorted({s.task for s in plan.starts}))
         self._stopping_query = False
         self._committed: dict[tuple[str, int], int] = {}
         holder: list[Any] = []  # the query, once started
@@ -347,7 +388,7 @@ class Worker:
                         mine = batch.where(plan.filter_sql()).withColumn(
                             "taskName", F.expr(task_of)).select(*COLUMNS)
                         self._process(mine, BatchContext(self.processor_id, plan.version,
-                                                         batch_id, self._spark))
+                                                         batch_id, self._spark, task_names))
                         try:
                             committer.submit(plan.version, plan.commit(ends))
                         except Fenced as e:
@@ -419,6 +460,28 @@ def _task_column(plan: QueryPlan) -> str:
     return "CASE " + " ".join(cases) + " END"
 
 
+def stop_spark(spark: SparkSession, timeout_s: float = 30.0) -> None:
+    """Stop ``spark`` and wait for its JVM to exit, so nothing outlives the worker.
+
+    PySpark's JVM exits on its own once the Python process is gone (it watches its stdin),
+    but only later; closing that stdin and waiting makes the exit synchronous.
+    """
+    gateway = spark.sparkContext._gateway
+    jvm = getattr(gateway, "proc", None)
+    spark.stop()
+    if jvm is None:
+        return
+    if jvm.stdin is not None:
+        jvm.stdin.close()
+    try:
+        jvm.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        log.warning("Spark's JVM (pid %d) did not exit in %.0fs; killing it", jvm.pid,
+                    timeout_s)
+        jvm.kill()
+        jvm.wait(10)
+
+
 def spark_session(master: str, app_name: str = "coxswain-worker") -> SparkSession:
     """A Spark session with the Kafka connector's jars from the local cache, whose Python
     workers run this interpreter (with its packages: pandas for ``process_task``)."""
@@ -426,8 +489,7 @@ def spark_session(master: str, app_name: str = "coxswain-worker") -> SparkSessio
     spark = (SparkSession.builder.master(master).appName(app_name)
              .config("spark.jars", ",".join(str(p) for p in connector_jars()))
              .config("spark.ui.enabled", "false")
-             # one shuffle partition per core, not coalesced: process_task's virtual
-             # tasks run in parallel up to the cores the worker has
+             # small micro-batches: one shuffle partition per core, not coalesced
              .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
              .getOrCreate())
     spark.conf.set("spark.sql.shuffle.partitions",
