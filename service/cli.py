@@ -205,11 +205,33 @@ def _dev_up(args: argparse.Namespace) -> None:
         zk.stop()
 
 
+def _demo(args: argparse.Namespace) -> None:
+    from service.demo import Demo, DemoPlan
+
+    bad = [f for f in args.factors if f < 1 or f > 64 or f & (f - 1)]
+    if bad:
+        raise SystemExit(f"coxswain: elasticity factors must be powers of two in 1..64: {bad}")
+    if min(args.partitions, args.keys, args.rate, args.workers) < 1 or args.stage_seconds <= 0:
+        raise SystemExit("coxswain: --partitions, --keys, --rate, --workers and "
+                         "--stage-seconds must be positive")
+    plan = DemoPlan(partitions=args.partitions, keys=args.keys, rate=args.rate,
+                    factors=tuple(args.factors), stage_s=args.stage_seconds,
+                    workers=args.workers, spark_master=args.spark_master)
+    raise SystemExit(Demo(plan).run())
+
+
 def _worker(args: argparse.Namespace) -> None:
     import importlib
 
     from service.logs import configure
-    from worker.runtime import Worker, WorkerConfig, spark_session, task_api
+    from worker.runtime import (
+        Worker,
+        WorkerConfig,
+        spark_session,
+        stop_spark,
+        task_api,
+        warm_python_workers,
+    )
 
     configure(json_lines=False, level=args.log_level)
     module, _, name = args.app.partition(":")
@@ -225,12 +247,21 @@ def _worker(args: argparse.Namespace) -> None:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
         output_topic=args.output_topic)
-    worker = Worker(config, process_batch, spark_session(args.spark_master))
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = spark_session(args.spark_master)
     try:
-        worker.run()
+        if args.api == "task" and not stop.is_set():
+            warm_python_workers(spark)
+        worker = Worker(config, process_batch, spark)
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+        if not stop.is_set():
+            worker.run()
     except KeyboardInterrupt:
-        worker.stop()
+        pass
+    finally:
+        stop_spark(spark)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -280,6 +311,19 @@ def parser() -> argparse.ArgumentParser:
     dev.add_argument("--zk-port", type=int, default=2181)
     dev.add_argument("--kafka-port", type=int, default=9092)
     dev.set_defaults(func=_dev_up)
+    demo = sub.add_parser(
+        "demo", help="Kafka, a coordinator and two Spark workers on this machine, scaling "
+                     "1 -> 4 -> 2 while orders flow; a live table; everything stopped after")
+    demo.add_argument("--partitions", type=int, default=4, help="input topic partitions")
+    demo.add_argument("--keys", type=int, default=2000, help="distinct customers (keys)")
+    demo.add_argument("--rate", type=int, default=200, help="orders produced per second")
+    demo.add_argument("--factors", type=int, nargs="+", default=[1, 4, 2],
+                      help="elasticity factors to go through, in order")
+    demo.add_argument("--stage-seconds", type=float, default=30.0,
+                      help="how long each factor runs")
+    demo.add_argument("--workers", type=int, default=2)
+    demo.add_argument("--spark-master", default="local[2]", help="each worker's master")
+    demo.set_defaults(func=_demo)
     for name in ("status", "processors", "scale"):
         c = sub.choices[name]
         c.add_argument("--url", default=os.environ.get("COXSWAIN_URL", "http://127.0.0.1:8080"))

@@ -1,0 +1,326 @@
+"""``coxswain demo``: the whole system on one machine, scaling while it runs.
+
+Starts a local KRaft Kafka broker, an embedded coordinator (SQLite) and two Spark workers
+(``worker.demo_app``), produces orders keyed by customer at a steady rate, scales the
+elasticity factor 1 -> 4 -> 2 while they run, and redraws a table of processors, tasks,
+lag and throughput. A reader of the output topic checks that every order came out and
+that each customer's orders came out in order. Everything it started is stopped (by pid)
+at the end, on Ctrl-C, or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from service.local.kafka import LocalKafka
+from service.local.ports import free_port, stop_process
+
+INPUT_TOPIC = "demo-orders"
+OUTPUT_TOPIC = "demo-orders-processed"
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What the demo does: its input, its load and its scaling script."""
+
+    partitions: int = 4
+    keys: int = 2000
+    rate: int = 200  # orders per second
+    factors: tuple[int, ...] = (1, 4, 2)
+    stage_s: float = 30.0
+    refresh_s: float = 2.0
+    workers: int = 2
+    spark_master: str = "local[2]"
+    start_timeout_s: float = 240.0
+    drain_timeout_s: float = 120.0
+
+
+@dataclass
+class OrderCheck:
+    """What came out of the output topic: distinct orders, duplicates, and per-key order
+    violations (a sequence number arriving after a higher one of the same key)."""
+
+    seen: set[tuple[str, int]] = field(default_factory=set)
+    last: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    violations: int = 0
+
+    def add(self, key: str, seq: int) -> None:
+        """Record one output record."""
+        if (key, seq) in self.seen:
+            self.duplicates += 1
+            return
+        self.seen.add((key, seq))
+        if seq < self.last.get(key, -1):
+            self.violations += 1
+        self.last[key] = max(self.last.get(key, -1), seq)
+
+    @property
+    def distinct(self) -> int:
+        """Orders seen at least once."""
+        return len(self.seen)
+
+
+def render(status: dict[str, Any], stage: str, elapsed_s: float, produced: int,
+           check: OrderCheck) -> str:
+    """The live table: one header line about the job, one row per processor."""
+    lines = [
+        f"coxswain demo  {elapsed_s:5.0f}s  {stage}",
+        f"job model v{status.get('latestVersion')} (barrier {status.get('barrier')}, "
+        f"active v{status.get('activeVersion')})  elasticity factor "
+        f"{status.get('elasticityFactor')}  last rebalance: "
+        f"{(status.get('lastRebalance') or {}).get('reason', '-')}",
+        f"orders produced {produced:,}  processed {check.distinct:,}  "
+        f"duplicates {check.duplicates}  per-key order violations {check.violations}",
+        "",
+    ]
+    rows = [("PROCESSOR", "LOCATION", "TASKS", "RECORDS/S", "BATCH S", "LAG", "ON VERSION")]
+    for p in status.get("processors", []):
+        stats = p.get("stats") or {}
+        lag = sum(int(v) for v in (stats.get("consumerLag") or {}).values())
+        rows.append((p["processorId"], p["locationId"], str(p["activeTasks"]),
+                     f"{stats.get('recordsPerSecond', 0):,.0f}",
+                     f"{stats.get('batchSeconds', 0):.2f}", f"{lag:,}",
+                     str(stats.get("version", "-"))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)
+
+
+class Demo:
+    """Runs one demo; :meth:`run` returns the process exit code."""
+
+    def __init__(self, plan: DemoPlan, out: TextIO = sys.stdout,
+                 work_dir: Path | None = None) -> None:
+        self.plan = plan
+        self._out = out
+        self._live = out.isatty()
+        self._own_dir = work_dir is None
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="coxswain-demo-"))
+        self._stop = threading.Event()
+        self._producing = threading.Event()
+        self.produced = 0
+        self.check = OrderCheck()
+        self._check_lock = threading.Lock()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._events: list[str] = []
+        self._started = time.monotonic()
+
+    # -- the script
+
+    def run(self) -> int:
+        """Start everything, run the scaling script, stop everything; 0 when every order
+        came out once or more and in per-key order."""
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        kafka: LocalKafka | None = None
+        threads: list[threading.Thread] = []
+        ok = False
+        try:
+            self._say(f"work folder (logs): {self.work_dir}")
+            self._say("starting Kafka (KRaft, local jars)...")
+            kafka = LocalKafka.create(self.work_dir / "kafka").start()
+            self._say(f"started pid {kafka.proc.pid if kafka.proc else '?'}: Kafka at "
+                      f"{kafka.bootstrap}")
+            self._topics(kafka.bootstrap)
+            url = self._coordinator(kafka.bootstrap)
+            self._say(f"coordinator at {url}; starting {self.plan.workers} Spark workers...")
+            for i in range(1, self.plan.workers + 1):
+                self._worker(url, kafka.bootstrap, i)
+            threads = [threading.Thread(target=self._produce, args=(kafka.bootstrap,),
+                                        daemon=True),
+                       threading.Thread(target=self._consume, args=(kafka.bootstrap,),
+                                        daemon=True)]
+            self._producing.set()
+            for t in threads:
+                t.start()
+            with httpx.Client(base_url=url, timeout=10) as api:
+                ok = self._script(api)
+        except KeyboardInterrupt:
+            self._say("interrupted")
+        finally:
+            self._stop.set()
+            self._say("stopping workers, coordinator and Kafka...")
+            for proc in reversed(self._procs):  # workers first: they leave gracefully
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in reversed(self._procs):
+                stop_process(proc, grace_s=30)
+            for t in threads:
+                t.join(15)
+            if kafka is not None:
+                kafka.stop()
+            self._say("stopped")
+        if ok and self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        elif not ok:
+            self._say(f"logs kept in {self.work_dir}")
+        return 0 if ok else 1
+
+    def _script(self, api: httpx.Client) -> bool:
+        if not self._wait_until("workers starting (Spark, then the first job model)",
+                                api, self.plan.start_timeout_s,
+                                lambda s: self.check.distinct > 0
+                                and len(s.get("processors", [])) == self.plan.workers):
+            return False
+        for factor in self.plan.factors:
+            if factor != api.get("/status").json().get("elasticityFactor"):
+                answer = api.post("/scale", json={"elasticityFactor": factor})
+                answer.raise_for_status()
+                self._say(f"POST /scale {factor}: job model version "
+                          f"{answer.json()['jobModelVersion']}")
+            self._wait_until(f"elasticity factor {factor}", api, self.plan.stage_s,
+                             lambda s: False)
+            if self._stop.is_set():
+                return False
+        self._producing.clear()
+        produced = self.produced
+        self._wait_until("producer stopped: draining", api, self.plan.drain_timeout_s,
+                         lambda s: self.check.distinct >= produced)
+        with self._check_lock:
+            distinct, dup, bad = self.check.distinct, self.check.duplicates, self.check.violations
+        self._say(f"\nproduced {produced:,} orders; processed {distinct:,} distinct "
+                  f"({dup} duplicates); per-key order violations: {bad}")
+        ok = distinct == produced and bad == 0
+        self._say("every order processed, each customer's orders in order" if ok
+                  else "CHECK FAILED: see the numbers above")
+        return ok
+
+    def _wait_until(self, stage: str, api: httpx.Client, timeout_s: float,
+                    done: Callable[[dict[str, Any]], bool]) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self._stop.is_set():
+            try:
+                status = api.get("/status").json()
+            except httpx.HTTPError as e:
+                status = {"processors": [], "error": str(e)}
+            with self._check_lock:
+                table = render(status, stage, time.monotonic() - self._started,
+                               self.produced, self.check)
+            self._show(table)
+            if done(status):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            for proc in self._procs:
+                if proc.poll() is not None:
+                    self._say(f"a process it started exited early (pid {proc.pid}); see the "
+                              f"logs in {self.work_dir}")
+                    return False
+            self._stop.wait(min(self.plan.refresh_s, max(0.0, deadline - time.monotonic())))
+        return False
+
+    # -- processes
+
+    def _topics(self, bootstrap: str) -> None:
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+        futures = admin.create_topics([NewTopic(INPUT_TOPIC, self.plan.partitions, 1),
+                                       NewTopic(OUTPUT_TOPIC, 1, 1)])
+        for f in futures.values():
+            f.result(60)
+
+    def _spawn(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        log = (self.work_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", *args],
+                                stdout=log, stderr=subprocess.STDOUT)
+        self._procs.append(proc)
+        self._say(f"started pid {proc.pid}: {name}")
+        return proc
+
+    def _coordinator(self, bootstrap: str) -> str:
+        port = free_port()
+        proc = self._spawn("coordinator", [
+            "serve", "--port", str(port), "--data-dir", str(self.work_dir / "coordinator"),
+            "--kafka-bootstrap", bootstrap, "--input", f"kafka.{INPUT_TOPIC}",
+            "--elasticity-factor", str(self.plan.factors[0]), "--debounce-ms", "200",
+            "--log-level", "WARNING"])
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the coordinator did not start; see {self.work_dir}/coordinator.log")
+
+    def _worker(self, url: str, bootstrap: str, i: int) -> None:
+        self._spawn(f"worker-{i}", [
+            "worker", "--coordinator", url, "--api", "task",
+            "--app", "worker.demo_app:process_order", "--output-topic", OUTPUT_TOPIC,
+            "--kafka-bootstrap", bootstrap, "--spark-master", self.plan.spark_master,
+            "--processor-id", f"worker-{i}", "--location", f"host-{i}",
+            "--log-level", "WARNING"])
+
+    # -- data
+
+    def _produce(self, bootstrap: str) -> None:
+        # Java's partitioner: librdkafka's default (CRC-32) would tie partition to key
+        # bucket, leaving most buckets of each partition empty
+        producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                             "linger.ms": 20, "log_level": 2})
+        rng = random.Random(7)
+        seq: dict[str, int] = {}
+        tick = 0.05
+        next_at = time.monotonic()
+        while not self._stop.is_set() and self._producing.is_set():
+            for _ in range(max(1, round(self.plan.rate * tick))):
+                key = f"customer-{rng.randrange(self.plan.keys)}"
+                n = seq.get(key, 0)
+                seq[key] = n + 1
+                producer.produce(INPUT_TOPIC, key=key.encode(),
+                                 value=json.dumps({"seq": n, "id": uuid.uuid4().hex}).encode())
+                self.produced += 1
+            producer.poll(0)
+            next_at += tick
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        producer.flush(30)
+
+    def _consume(self, bootstrap: str) -> None:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "coxswain-demo",
+                             "enable.auto.commit": False, "log_level": 2})
+        consumer.assign([TopicPartition(OUTPUT_TOPIC, 0, 0)])
+        try:
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, 0.5):
+                    if msg.error() is not None:
+                        continue
+                    record = json.loads(msg.value() or b"{}")
+                    with self._check_lock:
+                        self.check.add(record["key"], int(record["seq"]))
+        finally:
+            consumer.close()
+
+    # -- output
+
+    def _show(self, table: str) -> None:
+        if self._live:  # redraw in place, the latest events under the table
+            events = "".join(f"\n  {e}" for e in self._events[-6:])
+            self._out.write("\x1b[H\x1b[2J" + table + "\n" + events + "\n")
+        else:
+            self._out.write(table + "\n\n")
+        self._out.flush()
+
+    def _say(self, line: str) -> None:
+        self._events.append(f"{time.monotonic() - self._started:5.0f}s  {line.strip()}")
+        self._out.write(line + "\n")
+        self._out.flush()

@@ -1,0 +1,104 @@
+"""``coxswain demo`` as a user runs it: real Kafka, coordinator and Spark workers, scaling
+1 -> 4 -> 2 while orders flow; every process it started is gone afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_scales_while_running_and_stops_everything(tmp_path: object) -> None:
+    before = _children_of_nobody()
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "demo", "--stage-seconds", "12",
+         "--rate", "150", "--keys", "500"],
+        capture_output=True, text=True, timeout=600, check=False)
+    out = result.stdout
+    assert result.returncode == 0, out[-4000:] + result.stderr[-4000:]
+    assert "POST /scale 4" in out and "POST /scale 2" in out
+    # 4 partitions x factor over 2 workers: the table shows each stage's split once its
+    # barrier is done
+    for factor, tasks in ((1, 2), (4, 8), (2, 4)):
+        assert re.search(rf"coxswain demo\s+\d+s\s+elasticity factor {factor}\n"
+                         rf".*barrier done.*elasticity factor {factor}.*\n.*\n\n.*\n"
+                         rf"worker-1\s+host-1\s+{tasks}\s.*\nworker-2\s+host-2\s+{tasks}\s",
+                         out), f"no table for factor {factor}:\n{out[-3000:]}"
+    summary = re.search(r"produced ([\d,]+) orders; processed ([\d,]+) distinct "
+                        r"\((\d+) duplicates\); per-key order violations: (\d+)", out)
+    assert summary, out[-3000:]
+    produced, processed = (int(summary[i].replace(",", "")) for i in (1, 2))
+    assert produced > 1000 and processed == produced
+    assert summary[3] == "0" and summary[4] == "0"  # scale changes cause no duplicates
+    assert "every order processed" in out and "stopped" in out
+    pids = [int(p) for p in re.findall(r"started pid (\d+)", out)]
+    assert len(pids) >= 4  # Kafka, coordinator, two workers
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or _zombie(pid), f"pid {pid} still runs"
+    assert _children_of_nobody() <= before
+
+
+def test_sigterm_mid_run_stops_everything_it_started() -> None:
+    before = _children_of_nobody()
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "demo"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "started pid" in line and "worker-2" in line:
+                break
+        else:
+            raise AssertionError("the demo did not start its workers:\n" + "".join(lines))
+        time.sleep(5)  # the workers' Spark JVMs are up or coming up
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(lines) + rest
+    assert proc.returncode == 1, out[-3000:]
+    assert "stopped" in out
+    for pid in (int(p) for p in re.findall(r"started pid (\d+)", out)):
+        assert not os.path.exists(f"/proc/{pid}") or _zombie(pid), f"pid {pid} still runs"
+    assert _children_of_nobody() <= before  # no worker's Spark JVM left behind
+    kept = re.search(r"logs kept in (\S+)", out)
+    assert kept, out[-2000:]
+    shutil.rmtree(kept[1])
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _children_of_nobody() -> set[int]:
+    """Orphaned java processes (a leaked Kafka or Spark JVM would be one)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().split(")")[-1].split()
+                with open(f"/proc/{entry}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            if fields[1] == "1" and comm == "java":
+                found.add(int(entry))
+    return found
