@@ -123,7 +123,7 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     try:
         wait_output(kafka, output, producing.total)
         with server.client() as c:
-            for factor in (2, 4, 2):
+            for factor in (2, 4, 2, 1):  # 1 -> 2 -> 4 -> 2 -> 1
                 assert c.post("/scale", json={"elasticityFactor": factor}).status_code == 202
                 for _ in range(5):  # produce while the new version takes over
                     producing.send(100)
@@ -147,7 +147,7 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     for key, seqs in seen.items():  # per key, in order
         assert seqs == sorted(seqs), (key, seqs[:20])
     versions = {r["version"] for r in records}
-    assert len(versions) >= 3  # the work really moved through several job models
+    assert len(versions) >= 5  # the work really moved through every job model
 
 
 def test_join_graceful_leave_and_kill_9(
