@@ -38,6 +38,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from itertools import compress, islice
+from operator import attrgetter
 from types import MappingProxyType
 
 from grouping.errors import GroupingError, InvalidAssignmentParams
@@ -196,7 +198,7 @@ class _World:
         previous: JobModel | None,
         task_locality: Mapping[str, str],
         task_lags: Mapping[str, Mapping[str, int]],
-        stateful: AbstractSet[str],
+        stateful: bool | AbstractSet[str],
         params: AssignmentParams,
         elasticity_factor: int | None,
     ) -> None:
@@ -205,10 +207,10 @@ class _World:
         self.m = len(self.pids)
         self.pid_index = {pid: j for j, pid in enumerate(self.pids)}
         self.location = [processors[pid] for pid in self.pids]
-        self.tasks = sorted(tasks, key=lambda t: t.name)
+        self.tasks = sorted(tasks, key=attrgetter("name"))
         self.n = len(self.tasks)
         names = [t.name for t in self.tasks]
-        if len(set(names)) != len(names):
+        if any(map(str.__eq__, names, islice(names, 1, None))):  # sorted: twins are adjacent
             raise GroupingError("task names must be unique")
         self.names = names
         factor = elasticity_factor or elasticity_factor_of(self.tasks)
@@ -224,11 +226,17 @@ class _World:
         prev_owner = prev.owner
         prev_buckets: list[Mapping[int, str]] = []
         prev_factor = prev.factor
+        last_group: object = None
+        g = -1
         for t in self.tasks:
-            g = group_ids.get(t.partition_group)
-            if g is None:
-                g = group_ids[t.partition_group] = len(group_ids)
-                prev_buckets.append({})
+            pg = t.partition_group
+            if pg is not last_group:  # tasks of one group come together, often one object
+                last_group = pg
+                found = group_ids.get(pg)
+                if found is None:
+                    found = group_ids[pg] = len(group_ids)
+                    prev_buckets.append({})
+                g = found
             group.append(g)
             name = t.name
             owner = prev_owner.get(name)
@@ -289,43 +297,43 @@ class _World:
             locality.append(loc)
         self.group, self.sticky, self.locality, self.lineage = group, sticky, locality, lineage
 
-        self.is_stateful = [name in stateful for name in names]
-        self.lag_of = self._lags(task_lags)
-        acc = params.acceptable_recovery_lag
-        # good[u]: processors allowed to run u's active (None: every processor).
-        good: list[tuple[int, ...] | None] = []
-        append = good.append
-        for lags in self.lag_of:
-            if not lags:  # stateless, or no lag known anywhere: every processor is as good
-                append(None)
-            elif len(lags) == 1:
-                append(tuple(lags))
-            else:
-                best = min(0 if lag <= acc else lag for lag in lags.values())
-                append(tuple(sorted(
-                    j for j, lag in lags.items() if (0 if lag <= acc else lag) == best)))
-        self.good = good
+        self.is_stateful = ([stateful] * self.n if isinstance(stateful, bool)
+                            else [name in stateful for name in names])
+        # lag_of[u]: processor -> known lag; good[u]: processors allowed to run u's active
+        # (None: every processor, as for stateless tasks or when no lag is known anywhere)
+        self.lag_of, self.good = self._lags(task_lags, params.acceptable_recovery_lag)
 
-    def _lags(self, task_lags: Mapping[str, Mapping[str, int]]) -> list[dict[int, int]]:
-        """Per stateful task, processor -> known lag (following lineage across splits)."""
-        # Most tasks are reported by one processor (its active or only copy): keep those in
-        # two flat dicts and build per-task dicts only for tasks of this model.
+    def _lags(self, task_lags: Mapping[str, Mapping[str, int]], acceptable: int
+              ) -> tuple[list[dict[int, int]], list[tuple[int, ...] | None]]:
+        """Per stateful task, processor -> known lag (following lineage across splits and
+        merges), and the processors good enough to run its active."""
+        # Most tasks are reported by one processor (its active or only copy): index the
+        # reporter of those in one flat dict (built in bulk, in C), read their lags from
+        # the processors' own small reports, and build per-task dicts only for tasks of
+        # this model. Tasks reported by several processors (standbys) go to ``many``.
+        reports_of: list[Mapping[str, int]] = [{} for _ in range(self.m)]
         one_j: dict[str, int] = {}
-        one_lag: dict[str, int] = {}
         many: dict[str, dict[int, int]] = {}
+        reported = 0
         for pid in sorted(task_lags):
             j = self.pid_index.get(pid)
-            if j is None:
-                continue
-            for name, reported in task_lags[pid].items():
-                lag = reported if reported > 0 else 0
-                if name in many:
-                    many[name][j] = lag
-                elif name in one_j:
-                    many[name] = {one_j.pop(name): one_lag.pop(name), j: lag}
-                else:
-                    one_j[name] = j
-                    one_lag[name] = lag
+            if j is not None and task_lags[pid]:
+                reports_of[j] = task_lags[pid]
+                one_j.update(dict.fromkeys(task_lags[pid], j))
+                reported += len(task_lags[pid])
+        if len(one_j) != reported:  # some task has several reporters: index exactly
+            one_j.clear()
+            for j, reports in enumerate(reports_of):
+                for name, lag in reports.items():
+                    clamped = lag if lag > 0 else 0
+                    if name in many:
+                        many[name][j] = clamped
+                    elif name in one_j:
+                        first = one_j.pop(name)
+                        first_lag = reports_of[first][name]
+                        many[name] = {first: first_lag if first_lag > 0 else 0, j: clamped}
+                    else:
+                        one_j[name] = j
         empty: dict[int, int] = {}
 
         def of(name: str) -> dict[int, int] | None:
@@ -333,40 +341,52 @@ class _World:
             if found is not None:
                 return found
             j = one_j.get(name)
-            return None if j is None else {j: one_lag[name]}
+            if j is None:
+                return None
+            lag = reports_of[j][name]
+            return {j: lag if lag > 0 else 0}
 
-        result: list[dict[int, int]] = []
+        lag_of: list[dict[int, int]] = []
+        good: list[tuple[int, ...] | None] = []
         names, is_stateful, lineage = self.names, self.is_stateful, self.lineage
+        append, good_append = lag_of.append, good.append
         for u in range(self.n):
             if not is_stateful[u]:
-                result.append(empty)
+                append(empty)
+                good_append(None)
                 continue
-            direct = of(names[u])
-            if direct is not None:
-                result.append(direct)
+            name = names[u]
+            holder = one_j.get(name)
+            if holder is not None:  # the common case: one processor reported this task
+                lag = reports_of[holder][name]
+                append({holder: lag if lag > 0 else 0})
+                good_append((holder,))
                 continue
             lin = lineage[u]
-            if len(lin) == 1:  # a split child: its parent's state is its state
-                result.append(of(lin[0]) or empty)
-                continue
-            maps = [of(name) for name in lin]
-            if not maps or None in maps:
-                result.append(empty)
-                continue
-            # A merged task is only as caught up as its least caught-up child.
-            merged: dict[int, int] = {}
-            rest = maps[1:]
-            for j, lag in maps[0].items():  # type: ignore[union-attr]
-                worst = lag
-                for other in rest:
-                    more = other.get(j)  # type: ignore[union-attr]
-                    if more is None:
-                        break
-                    worst = more if more > worst else worst
+            if len(lin) == 2 and lin[0] not in many and lin[1] not in many and \
+                    name not in many:
+                # a factor halved, each child reported by one processor: known only when
+                # both were on the same one (the general merge below, inlined)
+                a, b = lin
+                ja, jb = one_j.get(a), one_j.get(b)
+                if ja is None or ja != jb:
+                    append(empty)
+                    good_append(None)
                 else:
-                    merged[j] = worst
-            result.append(merged)
-        return result
+                    reports = reports_of[ja]
+                    worst = max(reports[a], reports[b])
+                    append({ja: worst if worst > 0 else 0})
+                    good_append((ja,))
+                continue
+            lags = many.get(name)
+            if lags is None:
+                if len(lin) == 1:  # a split child: its parent's state is its state
+                    lags = of(lin[0]) or empty
+                else:
+                    lags = _merged_lags([of(child) for child in lin])
+            append(lags)
+            good_append(_good_among(lags, acceptable))
+        return lag_of, good
 
     def rank(self, u: int, j: int) -> int:
         """0 when caught up, else the lag; UNKNOWN_LAG when j reported none."""
@@ -787,7 +807,7 @@ def assign_tasks(
     previous: JobModel | None = None,
     task_locality: Mapping[str, str] | None = None,
     task_lags: Mapping[str, Mapping[str, int]] | None = None,
-    stateful: AbstractSet[str] = frozenset(),
+    stateful: bool | AbstractSet[str] = frozenset(),
     params: AssignmentParams | None = None,
     elasticity_factor: int | None = None,
 ) -> AssignmentResult:
@@ -800,7 +820,7 @@ def assign_tasks(
         task_locality: task name -> location id where it last ran.
         task_lags: processor id -> {task name: lag in offsets}, as reported in heartbeats;
             a task a processor holds no state for is absent (unknown = not caught up).
-        stateful: names of the tasks that have local state.
+        stateful: names of the tasks that have local state (True: every task).
         params: KIP-441 parameters.
         elasticity_factor: the factor ``tasks`` were grouped with (default: read from
             their names), used to follow lineage from the previous model.
@@ -814,8 +834,8 @@ def assign_tasks(
     if w.m == 0:
         return AssignmentResult(MappingProxyType({}), False)
 
-    stateful_units = [u for u in range(w.n) if w.is_stateful[u]]
-    stateless_units = [u for u in range(w.n) if not w.is_stateful[u]]
+    stateful_units = list(compress(range(w.n), w.is_stateful))
+    stateless_units = list(compress(range(w.n), [not s for s in w.is_stateful]))
     active = [-1] * w.n
     target = [-1] * w.n
     active_load = [0] * w.m
@@ -827,10 +847,12 @@ def assign_tasks(
         for k, j in enumerate(placer.run()):
             target[stateful_units[k]] = j
     moving: list[int] = []
+    good = w.good
     for u in stateful_units:
-        if w.is_good(u, target[u]):
-            active[u] = target[u]
-            active_load[target[u]] += 1
+        j, good_u = target[u], good[u]
+        if good_u is None or j in good_u:
+            active[u] = j
+            active_load[j] += 1
         else:
             moving.append(u)
     for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
@@ -838,7 +860,9 @@ def assign_tasks(
         active_load[active[u]] += 1
 
     # 2. Standbys for stateful tasks, then warm-ups for the moves the targets want.
-    standbys: dict[int, list[int]] = {u: [] for u in stateful_units}
+    # only tasks with standby or warm-up copies have an entry (most have none)
+    standbys: dict[int, list[int]] = (
+        {u: [] for u in stateful_units} if params.num_standbys > 0 else {})
     warmups: set[tuple[int, int]] = set()
     budget = params.max_warmup_replicas
     movements: dict[str, str] = {}
@@ -848,8 +872,8 @@ def assign_tasks(
         _place_standbys(w, stateful_units, active, target, standbys)
     for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
         wanted = min(params.num_standbys, w.m - 1)
-        if len(standbys[u]) < wanted:
-            standbys[u].append(target[u])  # the warm-up copy doubles as a standby
+        if len(standbys.get(u, ())) < wanted:
+            standbys.setdefault(u, []).append(target[u])  # the warm-up doubles as a standby
         elif budget > 0:
             budget -= 1
             warmups.add((u, target[u]))
@@ -886,6 +910,37 @@ def assign_tasks(
         frozenset((w.names[u], w.pids[j]) for u, j in warmups),
         MappingProxyType(movements),
     )
+
+
+def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:
+    """A merged task is only as caught up as its least caught-up child, and known only
+    on processors that reported every child."""
+    if not children or None in children:
+        return {}
+    first, *rest = children
+    merged: dict[int, int] = {}
+    for j, lag in first.items():  # type: ignore[union-attr]
+        worst = lag
+        for other in rest:
+            more = other.get(j)  # type: ignore[union-attr]
+            if more is None:
+                break
+            worst = more if more > worst else worst
+        else:
+            merged[j] = worst
+    return merged
+
+
+def _good_among(lags: Mapping[int, int], acceptable: int) -> tuple[int, ...] | None:
+    """The processors whose lag ranks best (caught up, or the least behind); None when no
+    lag is known (every processor is as good as any other)."""
+    if not lags:
+        return None
+    if len(lags) == 1:
+        return tuple(lags)
+    best = min(0 if lag <= acceptable else lag for lag in lags.values())
+    return tuple(sorted(j for j, lag in lags.items()
+                        if (0 if lag <= acceptable else lag) == best))
 
 
 def _n_good(w: _World, u: int) -> int:
@@ -981,9 +1036,9 @@ def _containers(
     extra: dict[int, list[int]] = {}
     for u, j in sorted(warmups):
         extra.setdefault(u, []).append(j)
-    for u in sorted(standbys):
+    for u in sorted(standbys.keys() | extra.keys()):
         task = w.tasks[u]
-        copies = list(standbys[u]) + extra.get(u, [])
+        copies = list(standbys.get(u, ())) + extra.get(u, [])
         for replica, j in enumerate(copies):
             per_proc[j].append(TaskModel(
                 standby_task_name(task.name, replica), task.ssps,

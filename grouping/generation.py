@@ -105,10 +105,8 @@ def _generate(
             previous=previous,
             max_elasticity_factor=max_elasticity_factor,
         )
-    names = {t.name for t in tasks}
-    stateful_names: AbstractSet[str] = (
-        names if stateful is True else frozenset() if stateful is False else stateful & names
-    )
+    stateful_names: bool | AbstractSet[str] = (
+        stateful if isinstance(stateful, bool) else stateful & {t.name for t in tasks})
     config = {
         **(extra_config or {}),
         "elasticityFactor": elasticity_factor,

@@ -98,22 +98,31 @@ def _index(previous: JobModel) -> PreviousAssignment:
     by_group: dict[PartitionGroup, dict[int, str]] = {}
     changelog: dict[PartitionGroup, int] = {}
     active = TaskMode.ACTIVE
+    buckets: dict[int, str] = {}
     for pid, container in previous.containers.items():
-        for name, task in container.tasks.items():
-            if task.mode is active:
-                owner[name] = pid
-                tasks[name] = task
-                group = task.partition_group
-                buckets = by_group.get(group)
-                if buckets is None:
-                    buckets = by_group[group] = {}
-                    if task.changelog_partition >= 0:
-                        changelog[group] = task.changelog_partition
-                buckets[task.key_bucket if task.key_bucket > 0 else 0] = name
-            else:
+        container_tasks = container.tasks
+        # every task as active in bulk (C loops); standby copies are taken out below
+        owner.update(dict.fromkeys(container_tasks, pid))
+        tasks.update(container_tasks)
+        last_group: object = None
+        for name, task in container_tasks.items():
+            if task.mode is not active:
+                del owner[name], tasks[name]
                 parsed = parse_standby_task_name(name)
                 if parsed is not None:
                     holders.setdefault(parsed[0], []).append(pid)
+                continue
+            group = task.partition_group
+            if group is not last_group:  # a container's tasks of one group are adjacent
+                last_group = group
+                found = by_group.get(group)
+                if found is None:
+                    found = by_group[group] = {}
+                    if task.changelog_partition >= 0:
+                        changelog[group] = task.changelog_partition
+                buckets = found
+            bucket = task.key_bucket
+            buckets[bucket if bucket > 0 else 0] = name
     factor = previous.config.get("elasticityFactor")
     return PreviousAssignment(
         int(factor) if factor is not None else elasticity_factor_of(tasks.values()),
