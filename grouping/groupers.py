@@ -79,10 +79,13 @@ class GroupByPartition:
         for ssp in _whole_sorted(ssps):
             by_partition.setdefault(ssp.partition, []).append(ssp)
         f = elasticity_factor
+        if f == 1:
+            return [GroupSpec(tuple(by_partition[p]), p,
+                              [(partition_task_name(p), WHOLE_PARTITION)])
+                    for p in sorted(by_partition)]
+        # partition_task_name's format, inlined: this runs for every task (100k and more)
         return [
-            GroupSpec(tuple(by_partition[p]), p, [
-                (partition_task_name(p, max(b, 0), f), b) for b in _buckets(f)
-            ])
+            GroupSpec(tuple(by_partition[p]), p, [(f"Partition {p}_{b}_{f}", b) for b in range(f)])
             for p in sorted(by_partition)
         ]
 
