@@ -498,7 +498,10 @@ class _Placer:
     ``unit_task[k]`` is the task index of unit k; ``sticky[k]`` its sticky processor or -1;
     ``excluded(k, j)`` forbids a processor (another copy of the task is there);
     ``lag_aware`` makes caught-up processors preferred (stateful actives);
-    ``avoid_locations(k)`` names locations to avoid when possible (standbys).
+    ``avoid_locations(k)`` names locations to avoid when possible (standbys);
+    ``prefer_state`` sends a unit that cannot stay where it was to a processor that already
+    holds some state of its task, when one has room (standbys: a warm-up from the last
+    round becomes the standby, instead of starting another warm-up elsewhere).
     """
 
     def __init__(
@@ -515,8 +518,10 @@ class _Placer:
         group_cohesion: bool = True,
         on_place: Callable[[int, int], None] | None = None,
         on_remove: Callable[[int, int], None] | None = None,
+        prefer_state: bool = False,
     ) -> None:
         self.w = world
+        self.prefer_state = prefer_state
         self.on_place = on_place
         self.on_remove = on_remove
         self.unit_task = unit_task
@@ -709,6 +714,13 @@ class _Placer:
             known = [q for q in w.lag_of[u] if slots.open(q) and self._eligible(k, q)]
             if known:
                 return min(known, key=lambda q: (w.rank(u, q), load[q], q))
+
+        if self.prefer_state and w.lag_of[u]:
+            known = [q for q in w.lag_of[u] if slots.open(q) and self._eligible(k, q)]
+            if known:
+                avoid_here = self.avoid_locations(k) if self.avoid_locations else frozenset()
+                return min(known, key=lambda q: (w.location[q] in avoid_here, w.rank(u, q),
+                                                 load[q], q))
 
         def eligible(j: int) -> bool:
             return self._eligible(k, j)
@@ -1002,7 +1014,8 @@ def _place_standbys(
 
     placer = _Placer(w, unit_task, sticky, [0] * w.m, lag_aware=False,
                      excluded=excluded, exclusions=exclusions, avoid_locations=avoid,
-                     group_cohesion=False, on_place=placed, on_remove=removed)
+                     group_cohesion=False, on_place=placed, on_remove=removed,
+                     prefer_state=True)
     for k, j in enumerate(placer.run()):
         standbys[unit_task[k]].append(j)
 

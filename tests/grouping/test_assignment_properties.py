@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from grouping.assignment import AssignmentParams, AssignmentResult, assign_tasks
 from grouping.groupers import GroupByPartition, group_tasks
 from grouping.measures import balance, lower_bound_moves, moved_tasks
-from grouping.model import JobModel, SystemStreamPartition, TaskModel
+from grouping.model import ContainerModel, JobModel, SystemStreamPartition, TaskMode, TaskModel
 from grouping.task_names import parse_standby_task_name
 from tests.grouping.helpers import as_job_model
 
@@ -232,4 +234,35 @@ def test_random_changes_converge_to_balance_once_lags_reach_zero(
             break
     else:
         raise AssertionError(f"no balance after {bound} probing rounds")
+    assert balance(result.containers) <= params.balance_factor
+
+
+def test_standbys_settle_where_warm_ups_left_state() -> None:
+    """A case hypothesis found: standbys had to leave two overloaded processors, and each
+    round sent them to a processor without state (a new warm-up) while dropping the one
+    warmed up the round before, so probing never ended. Standbys now prefer processors
+    that already hold state of their task."""
+    case = json.loads((Path(__file__).parent / "data" / "standby_oscillation.json").read_text())
+    tasks = make_tasks(case["partitions"], case["elasticityFactor"])
+    by_name = {t.name: t for t in tasks}
+    containers = []
+    for pid, (actives, standby_names) in case["previous"].items():
+        copies = [by_name[n] for n in actives]
+        for name in standby_names:
+            parsed = parse_standby_task_name(name)
+            assert parsed is not None
+            copies.append(by_name[parsed[0]].with_mode(TaskMode.STANDBY, name))
+        containers.append(ContainerModel.of(pid, case["processors"][pid], copies))
+    previous = JobModel.of(1, {}, containers)
+    params = AssignmentParams(num_standbys=case["numStandbys"],
+                              max_warmup_replicas=case["maxWarmupReplicas"])
+    for version in range(2, 2 + len(tasks)):
+        result = assign_tasks(tasks, case["processors"], previous=previous,
+                              stateful=set(by_name), params=params,
+                              task_lags=lags_from(previous))
+        previous = as_job_model(result, version)
+        if not result.probing_rebalance_needed:
+            break
+    else:
+        raise AssertionError(f"still probing after {len(tasks)} rounds")
     assert balance(result.containers) <= params.balance_factor
