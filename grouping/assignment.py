@@ -867,7 +867,9 @@ def assign_tasks(
             active_load[j] += 1
         else:
             moving.append(u)
-    for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
+    # warm-ups already under way first, then the tasks with the fewest caught-up choices
+    moving.sort(key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u))
+    for u in moving:
         active[u] = _best_caught_up(w, u, active_load)
         active_load[active[u]] += 1
 
@@ -878,11 +880,11 @@ def assign_tasks(
     warmups: set[tuple[int, int]] = set()
     budget = params.max_warmup_replicas
     movements: dict[str, str] = {}
-    for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
+    for u in moving:
         movements[w.names[u]] = w.pids[target[u]]
     if params.num_standbys > 0 and stateful_units:
         _place_standbys(w, stateful_units, active, target, standbys)
-    for u in sorted(moving, key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u)):
+    for u in moving:
         wanted = min(params.num_standbys, w.m - 1)
         if len(standbys.get(u, ())) < wanted:
             standbys.setdefault(u, []).append(target[u])  # the warm-up doubles as a standby

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.local.kafka import LocalKafka
-from service.local.ports import free_port, stop_process
+from service.local.ports import free_port, stop_process, wait_until_answering
 
 INPUT_TOPIC = "demo-orders"
 OUTPUT_TOPIC = "demo-orders-processed"
@@ -160,10 +160,13 @@ class Demo:
         finally:
             self._stop.set()
             self._say("stopping workers, coordinator and Kafka...")
-            for proc in reversed(self._procs):  # workers first: they leave gracefully
+            # workers first, all at once, while the coordinator still takes their leave;
+            # then the coordinator (the first process started)
+            workers = self._procs[1:]
+            for proc in workers:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
-            for proc in reversed(self._procs):
+            for proc in [*workers, *self._procs[:1]]:
                 stop_process(proc, grace_s=30)
             for t in threads:
                 t.join(15)
@@ -257,14 +260,8 @@ class Demo:
             "--elasticity-factor", str(self.plan.factors[0]), "--debounce-ms", "200",
             "--log-level", "WARNING"])
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        if wait_until_answering(f"{url}/readyz", proc, 30):
+            return url
         raise RuntimeError(f"the coordinator did not start; see {self.work_dir}/coordinator.log")
 
     def _worker(self, url: str, bootstrap: str, i: int) -> None:

@@ -1,4 +1,5 @@
-"""Free loopback ports, the cache folder, and stopping a process by its pid."""
+"""Free loopback ports, the cache folder, waiting for a local HTTP service, and stopping a
+process by its pid."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
+
+import httpx
 
 
 def free_port() -> int:
@@ -23,6 +27,20 @@ def cache_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(__file__).resolve().parents[2] / ".cache"
+
+
+def wait_until_answering(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """True once ``url`` answers 200; False when ``proc`` (the server) exits first or
+    ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url, timeout=0.5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    return False
 
 
 def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM,

@@ -223,18 +223,24 @@ def test_random_changes_converge_to_balance_once_lags_reach_zero(
                 for pid, ts in lags_from(previous).items()}
     # From now on every copy catches up before the next (probing) rebalance.
     procs = processors_of(live, 3)
-    bound = len(tasks) * (num_standbys + 1) // max_warmups + 3
+    result = settle(tasks, procs, previous, params, version)
+    assert balance(result.containers) <= params.balance_factor
+
+
+def settle(tasks: list[TaskModel], procs: dict[str, str], previous: JobModel | None,
+           params: AssignmentParams, version: int) -> AssignmentResult:
+    """Probing rebalances, every copy caught up before the next, until none is wanted;
+    fails when that takes more rounds than the warm-ups need."""
+    bound = len(tasks) * (params.num_standbys + 1) // params.max_warmup_replicas + 3
     for _ in range(bound):
-        lags = lags_from(previous) if previous else {}
-        result = assign_tasks(tasks, procs, previous=previous, stateful=stateful,
-                              params=params, task_lags=lags)
+        result = assign_tasks(tasks, procs, previous=previous,
+                              stateful={t.name for t in tasks}, params=params,
+                              task_lags=lags_from(previous) if previous else {})
         version += 1
         previous = as_job_model(result, version)
         if not result.probing_rebalance_needed:
-            break
-    else:
-        raise AssertionError(f"no balance after {bound} probing rounds")
-    assert balance(result.containers) <= params.balance_factor
+            return result
+    raise AssertionError(f"no balance after {bound} probing rounds")
 
 
 def test_standbys_settle_where_warm_ups_left_state() -> None:
@@ -256,13 +262,5 @@ def test_standbys_settle_where_warm_ups_left_state() -> None:
     previous = JobModel.of(1, {}, containers)
     params = AssignmentParams(num_standbys=case["numStandbys"],
                               max_warmup_replicas=case["maxWarmupReplicas"])
-    for version in range(2, 2 + len(tasks)):
-        result = assign_tasks(tasks, case["processors"], previous=previous,
-                              stateful=set(by_name), params=params,
-                              task_lags=lags_from(previous))
-        previous = as_job_model(result, version)
-        if not result.probing_rebalance_needed:
-            break
-    else:
-        raise AssertionError(f"still probing after {len(tasks)} rounds")
+    result = settle(tasks, case["processors"], previous, params, 1)
     assert balance(result.containers) <= params.balance_factor

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from service.local.ports import free_port
+from service.local.ports import free_port, wait_until_answering
 
 
 @dataclass
@@ -37,16 +37,10 @@ class Server:
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **self.env})
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"coordinator exited early:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        if wait_until_answering(f"{self.url}/healthz", self.proc, timeout_s):
+            return self
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"coordinator exited early:\n{self.log()}")
         self.stop()
         raise RuntimeError(f"coordinator did not answer within {timeout_s}s:\n{self.log()}")
 

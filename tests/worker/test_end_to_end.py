@@ -23,6 +23,7 @@ from confluent_kafka.cimpl import NewTopic
 from service.local.kafka import LocalKafka
 from service.local.ports import stop_process
 from tests.service.conftest import StartServer
+from tests.service.server import Server
 
 pytestmark = pytest.mark.slow
 KEYS = 300
@@ -90,6 +91,14 @@ def new_topics(kafka: LocalKafka, partitions: int) -> tuple[str, str]:
     return topic, output
 
 
+def coordinator_for(start_server: StartServer, kafka: LocalKafka, topic: str,
+                    *extra: str) -> Server:
+    """A coordinator over ``topic`` (partitions discovered from the broker), quick to
+    rebalance."""
+    return start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
+                        "--debounce-ms", "300", *extra)
+
+
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM (a graceful leave) to every worker still running, by pid, then wait."""
     for w in workers:
@@ -116,9 +125,8 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     topic, output = new_topics(kafka, 4)
     producing = Producing(kafka, topic)
     producing.send(2000)
-    server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
-                          "--debounce-ms", "300", "--partition-poll-interval-ms", "1000",
-                          "--lease-ttl-ms", "20000")
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms", "1000",
+                             "--lease-ttl-ms", "20000")
     workers = [start_worker(tmp_path, server.url, kafka, output, f"w{i}") for i in range(2)]
     try:
         wait_output(kafka, output, producing.total)
@@ -156,9 +164,8 @@ def test_join_graceful_leave_and_kill_9(
     topic, output = new_topics(kafka, 4)
     producing = Producing(kafka, topic)
     producing.send(1000)
-    server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
-                          "--debounce-ms", "300", "--partition-poll-interval-ms", "1000",
-                          "--lease-ttl-ms", "6000", "--elasticity-factor", "2")
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms", "1000",
+                             "--lease-ttl-ms", "6000", "--elasticity-factor", "2")
     workers = {f"w{i}": start_worker(tmp_path, server.url, kafka, output, f"w{i}")
                for i in range(2)}
     try:
@@ -213,8 +220,7 @@ def test_process_task_runs_per_virtual_task_in_offset_order(
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(1500)
-    server = start_server("--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{topic}",
-                          "--debounce-ms", "300", "--elasticity-factor", "4")
+    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4")
     worker = start_worker(tmp_path, server.url, kafka, output, "w0", "--api", "task",
                           "--output-topic", output)
     try:
