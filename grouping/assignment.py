@@ -216,101 +216,144 @@ class _World:
         factor = elasticity_factor or elasticity_factor_of(self.tasks)
         prev = PreviousAssignment.of(previous)
         self.prev = prev
+        self.is_stateful = ([stateful] * self.n if isinstance(stateful, bool)
+                            else [name in stateful for name in names])
+        # lag_of[u]: processor -> known lag; good[u]: processors allowed to run u's active
+        # (None: every processor, as for stateless tasks or when no lag is known anywhere)
+        self.lag_of: list[Mapping[int, int]] = []
+        self.good: list[tuple[int, ...] | None] = []
+        any_stateful = any(self.is_stateful)
+        own = _own_reports(task_lags, self.pid_index, previous) if any_stateful else None
+        self._trace(prev, factor, task_locality, own)
+        if not any_stateful:
+            self.lag_of, self.good = [{}] * self.n, [None] * self.n
+        elif own is None:
+            self.lag_of, self.good = self._lags(task_lags, params.acceptable_recovery_lag)
 
-        group_ids: dict[tuple[object, ...], int] = {}
+    def _trace(
+        self,
+        prev: PreviousAssignment,
+        factor: int,
+        task_locality: Mapping[str, str],
+        own_reports: list[Mapping[str, int]] | None,
+    ) -> None:
+        """Partition group, lineage, sticky processor and last location of every task;
+        with ``own_reports`` (every report names only tasks its processor ran before), the
+        lags of stateful tasks too, read from their predecessors' owners."""
+        group_ids: dict[object, int] = {}
+        histories: list[Mapping[int, tuple[str, str]]] = []
         group: list[int] = []
         sticky: list[int] = []
         locality: list[str | None] = []
         lineage: list[tuple[str, ...]] = []
+        lag_of, good = self.lag_of, self.good
         alive = self.pid_index
-        prev_owner = prev.owner
-        prev_buckets: list[Mapping[int, str]] = []
         prev_factor = prev.factor
+        halved = prev_factor == factor << 1
+        stateful = self.is_stateful if own_reports is not None else [False] * self.n
+        reports_of: list[Mapping[str, int]] = own_reports or []
+        empty: Mapping[int, int] = {}
+        # shared read-only entries for the usual outcome, one processor caught up at lag 0
+        alone = [(j,) for j in range(self.m)]
+        at_zero: list[Mapping[int, int]] = [{j: 0} for j in range(self.m)]
+        history: Mapping[int, tuple[str, str]] = {}
         last_group: object = None
         g = -1
-        for t in self.tasks:
+        # One pass over 100k+ tasks after an elasticity change: the lineage rules of
+        # PreviousAssignment.lineage and sticky_owner, inlined.
+        for u, t in enumerate(self.tasks):
             pg = t.partition_group
             if pg is not last_group:  # tasks of one group come together, often one object
                 last_group = pg
                 found = group_ids.get(pg)
                 if found is None:
                     found = group_ids[pg] = len(group_ids)
-                    prev_buckets.append({})
+                    histories.append(prev.history_of(pg))
                 g = found
+                history = histories[g]
             group.append(g)
-            name = t.name
-            owner = prev_owner.get(name)
-            if owner is not None:  # the common case: the task existed before, same name
-                lineage.append((name,))
-                sticky.append(alive.get(owner, -1))
-                locality.append(task_locality.get(name))
-                continue
-            if not prev_buckets[g]:
-                prev_buckets[g] = prev.buckets_of(t.partition_group)
-            # Inlined lineage (PreviousAssignment.lineage_in + sticky_owner): this loop runs
-            # for every task of a job model whose elasticity factor just changed.
-            buckets = prev_buckets[g]
             bucket = t.key_bucket if t.key_bucket > 0 else 0
-            lin: tuple[str, ...]
-            if not buckets:
-                lin, j = (), -1
-            elif prev_factor <= factor:  # split (or same factor): one parent
-                parent = buckets.get(bucket & (prev_factor - 1))
-                if parent is None:
-                    lin, j = (), -1
-                else:
-                    lin, j = (parent,), alive.get(prev_owner[parent], -1)
-            elif prev_factor == factor << 1:  # halved: two children (the common merge)
-                c1, c2 = buckets.get(bucket), buckets.get(bucket + factor)
-                j1 = -1 if c1 is None else alive.get(prev_owner[c1], -1)
-                j2 = -1 if c2 is None else alive.get(prev_owner[c2], -1)
-                if c1 is not None and c2 is not None:
-                    lin = (c1, c2)
-                else:
-                    lin = (c1,) if c1 is not None else (c2,) if c2 is not None else ()
-                # most children, ties to the smaller index (= smaller processor id)
-                j = j1 if j2 < 0 or j1 == j2 else j2 if j1 < 0 else min(j1, j2)
-            else:  # merge: the processor holding most children (ties: smallest id)
-                children = [buckets[c] for c in range(bucket, prev_factor, factor)
-                            if c in buckets]
-                lin = tuple(children)
+            lin: tuple[str, ...] = ()
+            j = -1
+            lag: int | None = None  # the lag on j, when j reported all of lin
+            if prev_factor <= factor:  # the same tasks, or a split: one predecessor
+                entry = history.get(bucket & (prev_factor - 1))
+                if entry is not None:
+                    lin, j = (entry[0],), alive.get(entry[1], -1)
+                    if j >= 0 and stateful[u]:
+                        lag = reports_of[j].get(entry[0])
+            elif halved:  # two children: most children, ties to the smaller processor
+                e1, e2 = history.get(bucket), history.get(bucket + factor)
+                if e1 is not None and e2 is not None:
+                    lin = (e1[0], e2[0])
+                    j1, j2 = alive.get(e1[1], -1), alive.get(e2[1], -1)
+                    if j1 == j2:
+                        j = j1
+                        if j >= 0 and stateful[u]:
+                            report = reports_of[j]
+                            l1, l2 = report.get(e1[0]), report.get(e2[0])
+                            if l1 is not None and l2 is not None:
+                                lag = l1 if l1 > l2 else l2
+                    else:
+                        j = j2 if j1 < 0 else j1 if j2 < 0 else min(j1, j2)
+                elif e1 is not None or e2 is not None:
+                    only = e1 if e1 is not None else e2
+                    assert only is not None
+                    lin, j = (only[0],), alive.get(only[1], -1)
+                    if j >= 0 and stateful[u]:
+                        lag = reports_of[j].get(only[0])
+            else:  # a deeper merge: the processor holding most children (ties: smallest)
+                children = [history[c] for c in range(bucket, prev_factor, factor)
+                            if c in history]
+                lin = tuple(name for name, _ in children)
                 counts: dict[int, int] = {}
-                for child in children:
-                    jc = alive.get(prev_owner[child], -1)
+                for _, pid in children:
+                    jc = alive.get(pid, -1)
                     if jc >= 0:
                         counts[jc] = counts.get(jc, 0) + 1
-                if not counts:
-                    j = -1
-                elif len(counts) == 1:
-                    j = next(iter(counts))
-                else:
+                if counts:
                     top = max(counts.values())
                     j = min(jc for jc, c in counts.items() if c == top)
+                    if stateful[u] and counts[j] == len(children):
+                        child_lags = [reports_of[j].get(name) for name in lin]
+                        if None not in child_lags:
+                            lag = max(child_lags)  # type: ignore[type-var]
+            if not lin:  # a group the previous model did not have: the same name
+                owner = prev.owner.get(t.name)
+                if owner is not None:
+                    lin, j = (t.name,), alive.get(owner, -1)
+                    if j >= 0 and stateful[u]:
+                        lag = reports_of[j].get(t.name)
             lineage.append(lin)
             sticky.append(j)
-            loc = task_locality.get(name)
-            if loc is None:
-                for parent in lin:
-                    loc = task_locality.get(parent)
-                    if loc is not None:
-                        break
-            locality.append(loc)
+            if task_locality:
+                loc = task_locality.get(t.name)
+                if loc is None:
+                    for parent in lin:
+                        loc = task_locality.get(parent)
+                        if loc is not None:
+                            break
+                locality.append(loc)
+            if own_reports is not None:
+                if lag is None:
+                    lag_of.append(empty)
+                    good.append(None)
+                else:
+                    lag_of.append(at_zero[j] if lag <= 0 else {j: lag})
+                    good.append(alone[j])
+        if not task_locality:
+            locality = [None] * self.n
         self.group, self.sticky, self.locality, self.lineage = group, sticky, locality, lineage
 
-        self.is_stateful = ([stateful] * self.n if isinstance(stateful, bool)
-                            else [name in stateful for name in names])
-        # lag_of[u]: processor -> known lag; good[u]: processors allowed to run u's active
-        # (None: every processor, as for stateless tasks or when no lag is known anywhere)
-        self.lag_of, self.good = self._lags(task_lags, params.acceptable_recovery_lag)
-
     def _lags(self, task_lags: Mapping[str, Mapping[str, int]], acceptable: int
-              ) -> tuple[list[dict[int, int]], list[tuple[int, ...] | None]]:
-        """Per stateful task, processor -> known lag (following lineage across splits and
-        merges), and the processors good enough to run its active."""
-        # Most tasks are reported by one processor (its active or only copy): index the
-        # reporter of those in one flat dict (built in bulk, in C), read their lags from
-        # the processors' own small reports, and build per-task dicts only for tasks of
-        # this model. Tasks reported by several processors (standbys) go to ``many``.
+              ) -> tuple[list[Mapping[int, int]], list[tuple[int, ...] | None]]:
+        """Per stateful task, processor -> known lag, and the processors good enough to run
+        its active: a task's state is its lineage's (a split child's is its parent's; a
+        merged task is as far behind as its furthest child, and known only where every
+        child was reported); a task without lineage has only its own reports."""
+        # Index the reporter of each task in one flat dict built in bulk (in C), reading
+        # lags from the processors' own reports; tasks with several reporters (standbys)
+        # go to ``many``.
         reports_of: list[Mapping[str, int]] = [{} for _ in range(self.m)]
         one_j: dict[str, int] = {}
         many: dict[str, dict[int, int]] = {}
@@ -346,46 +389,19 @@ class _World:
             lag = reports_of[j][name]
             return {j: lag if lag > 0 else 0}
 
-        lag_of: list[dict[int, int]] = []
+        lag_of: list[Mapping[int, int]] = []
         good: list[tuple[int, ...] | None] = []
-        names, is_stateful, lineage = self.names, self.is_stateful, self.lineage
-        append, good_append = lag_of.append, good.append
-        for u in range(self.n):
-            if not is_stateful[u]:
-                append(empty)
-                good_append(None)
+        for name, stateful, lin in zip(self.names, self.is_stateful, self.lineage,
+                                       strict=True):
+            if not stateful:
+                lag_of.append(empty)
+                good.append(None)
                 continue
-            name = names[u]
-            holder = one_j.get(name)
-            if holder is not None:  # the common case: one processor reported this task
-                lag = reports_of[holder][name]
-                append({holder: lag if lag > 0 else 0})
-                good_append((holder,))
-                continue
-            lin = lineage[u]
-            if len(lin) == 2 and lin[0] not in many and lin[1] not in many and \
-                    name not in many:
-                # a factor halved, each child reported by one processor: known only when
-                # both were on the same one (the general merge below, inlined)
-                a, b = lin
-                ja, jb = one_j.get(a), one_j.get(b)
-                if ja is None or ja != jb:
-                    append(empty)
-                    good_append(None)
-                else:
-                    reports = reports_of[ja]
-                    worst = max(reports[a], reports[b])
-                    append({ja: worst if worst > 0 else 0})
-                    good_append((ja,))
-                continue
-            lags = many.get(name)
-            if lags is None:
-                if len(lin) == 1:  # a split child: its parent's state is its state
-                    lags = of(lin[0]) or empty
-                else:
-                    lags = _merged_lags([of(child) for child in lin])
-            append(lags)
-            good_append(_good_among(lags, acceptable))
+            sources = lin or (name,)
+            lags = (of(sources[0]) or empty) if len(sources) == 1 else _merged_lags(
+                [of(child) for child in sources])
+            lag_of.append(lags)
+            good.append(_good_among(lags, acceptable))
         return lag_of, good
 
     def rank(self, u: int, j: int) -> int:
@@ -474,6 +490,15 @@ class _Slots:
             self.pool -= 1
         self.assigned[j] += 1
         self.load[j] += 1
+
+    def take_many(self, j: int, count: int) -> None:
+        """take(j), ``count`` times."""
+        assigned = self.assigned[j]
+        beyond_floor = assigned + count - max(assigned, self.floor[j])
+        if beyond_floor > 0:
+            self.pool -= beyond_floor
+        self.assigned[j] = assigned + count
+        self.load[j] += count
 
     def release(self, j: int) -> None:
         """Undo one take() on j."""
@@ -635,36 +660,51 @@ class _Placer:
             cands = self._keep_lists[j]
             limit = floor[j]
             if len(cands) > limit:
-                group_count: dict[int, int] = {}
-                for k in cands:
-                    g = w.group[self.unit_task[k]]
-                    group_count[g] = group_count.get(g, 0) + 1
-
-                def priority(
-                    k: int, j: int = j, gc: dict[int, int] = group_count
-                ) -> tuple[bool, bool, int, int]:
-                    u = self.unit_task[k]
-                    return (
-                        self.lag_aware and not w.is_good(u, j),
-                        self._has_alternative(k, j, room, room_count),
-                        -gc[w.group[u]] if self.group_cohesion else 0,
-                        k,
-                    )
-
-                cands = sorted(cands, key=priority)
-                orphans.extend(cands[limit:])
-                cands = cands[:limit]
+                ranked = sorted(self._give_up_order(j, cands, room, room_count))
+                cands = [key[-1] for key in ranked[:limit]]
+                orphans.extend(key[-1] for key in ranked[limit:])
             self._keep_all(j, cands)
-        orphans.extend(k for k, s in enumerate(self.sticky) if s < 0)
+        sticky = self.sticky
+        orphans.extend(compress(range(len(sticky)), [s < 0 for s in sticky]))
         orphans.sort()
         self._open_queues(orphans)
         return orphans
 
+    def _give_up_order(
+        self, j: int, units: list[int], room: list[bool], room_count: int
+    ) -> list[tuple[bool, bool, int, int]]:
+        """Sort keys (unit last) for the sticky units of an overfull processor j: those
+        given up first sort last. First to go: units j is not caught up on, then units
+        another processor with room could take, then units of the partition groups j holds
+        least of, then later units."""
+        w, unit_task = self.w, self.unit_task
+        group = w.group
+        cohesion = self.group_cohesion
+        held: dict[int, int] = {}
+        if cohesion:
+            for k in units:
+                g = group[unit_task[k]]
+                held[g] = held.get(g, 0) + 1
+        good = w.good if self.lag_aware else None
+        # for a unit any processor may run (and no copy elsewhere to avoid): j alone aside
+        free_alternative = room_count - (1 if room[j] else 0) > 0
+        keys = []
+        for k in units:
+            u = unit_task[k]
+            gd = None if good is None else good[u]
+            cohesion_rank = -held[group[u]] if cohesion else 0
+            if gd is None and self.exclusions is None:
+                keys.append((False, free_alternative, cohesion_rank, k))
+            elif gd is not None and len(gd) == 1 and gd[0] == j:  # caught up on j alone
+                keys.append((False, False, cohesion_rank, k))
+            else:
+                keys.append((gd is not None and j not in gd,
+                             self._has_alternative(k, j, room, room_count), cohesion_rank, k))
+        return keys
+
     def _keep_all(self, j: int, units: list[int]) -> None:
         """Book ``units`` on j in bulk (no queue updates: the queues come after)."""
-        slots = self.slots
-        for _ in units:
-            slots.take(j)
+        self.slots.take_many(j, len(units))
         place = self.place
         for k in units:
             place[k] = j
@@ -924,6 +964,27 @@ def assign_tasks(
         frozenset((w.names[u], w.pids[j]) for u, j in warmups),
         MappingProxyType(movements),
     )
+
+
+def _own_reports(
+    task_lags: Mapping[str, Mapping[str, int]],
+    pid_index: Mapping[str, int],
+    previous: JobModel | None,
+) -> list[Mapping[str, int]] | None:
+    """Each live processor's report (by processor index) when every report names only
+    tasks its processor ran in ``previous`` (no standbys, the usual case): then a task's
+    one possible reporter is its previous owner. None otherwise."""
+    reports_of: list[Mapping[str, int]] = [{}] * len(pid_index)
+    containers = previous.containers if previous is not None else {}
+    for pid, report in task_lags.items():
+        j = pid_index.get(pid)
+        if j is None or not report:
+            continue
+        container = containers.get(pid)
+        if container is None or not report.keys() <= container.tasks.keys():
+            return None
+        reports_of[j] = report
+    return reports_of
 
 
 def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:

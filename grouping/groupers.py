@@ -83,10 +83,12 @@ class GroupByPartition:
             return [GroupSpec(tuple(by_partition[p]), p,
                               [(partition_task_name(p), WHOLE_PARTITION)])
                     for p in sorted(by_partition)]
-        # partition_task_name's format, inlined: this runs for every task (100k and more)
+        # partition_task_name's format, built from a per-partition prefix and per-bucket
+        # suffixes: formatting three ints per name costs more than the rest of grouping
+        suffixes = [(f"{b}_{f}", b) for b in range(f)]
         return [
-            GroupSpec(tuple(by_partition[p]), p, [(f"Partition {p}_{b}_{f}", b) for b in range(f)])
-            for p in sorted(by_partition)
+            GroupSpec(tuple(by_partition[p]), p, [(prefix + s, b) for s, b in suffixes])
+            for p, prefix in ((p, f"Partition {p}_") for p in sorted(by_partition))
         ]
 
 
@@ -171,11 +173,12 @@ def group_tasks(
     validate_elasticity_factor(elasticity_factor, max_elasticity_factor)
     specs = grouper.group(ssps, elasticity_factor, processor_ids)
     index = PreviousAssignment.of(previous)
-    previous_tasks, by_group = index.tasks, index.changelog_by_group
+    by_group = index.changelog_by_group
     chosen: list[int | None] = []
     for spec in specs:
         found = by_group.get(spec.group)
-        if found is None and previous_tasks:
+        if found is None and previous is not None:  # a new group: known task names?
+            previous_tasks = index.tasks
             found = next((previous_tasks[n].changelog_partition for n, _ in spec.tasks
                           if n in previous_tasks and previous_tasks[n].changelog_partition >= 0),
                          None)
@@ -191,7 +194,7 @@ def group_tasks(
     make = tuple.__new__
     ssp_type, task_type, active = SystemStreamPartition, TaskModel, TaskMode.ACTIVE
     tasks: list[TaskModel] = []
-    append = tasks.append
+    append, extend = tasks.append, tasks.extend
     for spec, settled in zip(specs, chosen, strict=True):
         if settled is None:
             changelog = next_free
@@ -199,14 +202,17 @@ def group_tasks(
         else:
             changelog = settled
         group = spec.group
-        single = group[0] if len(group) == 1 else None
+        if len(group) == 1 and spec.tasks[0][1] != WHOLE_PARTITION:
+            # the common elastic case: one SSP per group, one SSPKb per task
+            system, stream, partition, _ = group[0]
+            extend([make(task_type, (name, (make(ssp_type, (system, stream, partition, bucket)),),
+                                     changelog, active, bucket, group))
+                    for name, bucket in spec.tasks])
+            continue
         for name, bucket in spec.tasks:
             if bucket == WHOLE_PARTITION:
                 task_ssps = group
-            elif single is not None:
-                task_ssps = (make(ssp_type, (single[0], single[1], single[2], bucket)),)
             else:
                 task_ssps = tuple(make(ssp_type, (g[0], g[1], g[2], bucket)) for g in group)
-            append(make(task_type, (name, task_ssps, changelog, active, bucket,
-                                    group)))
+            append(make(task_type, (name, task_ssps, changelog, active, bucket, group)))
     return tasks

@@ -1,16 +1,18 @@
 """What the previous job model says about a task, across elasticity changes.
 
 A task of the new model descends from the previous model's tasks whose key space overlaps
-its own within the same partition group: the task itself (same name), its parent after a
-split (F doubled), or its children after a merge (F halved). Stickiness, locality and lag
-all follow this lineage, so a split child prefers its parent's processor.
+its own within the same partition group: the task itself (nothing changed), its parent
+after a split (F doubled), or its children after a merge (F halved); a task of a group the
+previous model did not have (say, a stream was added to the job) descends from the previous
+task of the same name, if any. Stickiness, locality and lag all follow this lineage, so a
+split child prefers its parent's processor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from grouping.model import JobModel, TaskMode, TaskModel
+from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
 from grouping.task_names import elasticity_factor_of, parse_standby_task_name
 
 PartitionGroup = tuple[object, ...]
@@ -18,31 +20,36 @@ PartitionGroup = tuple[object, ...]
 
 class PreviousAssignment:
     """The parts of a previous job model that grouping and assignment need, indexed once
-    (one pass over the model, memoised on it)."""
+    (one pass over the model, memoised on it).
 
-    __slots__ = ("by_group", "changelog_by_group", "factor", "owner", "standby_holders",
-                 "tasks")
+    Lineage is found through partition groups: ``history_of(group)`` maps each key bucket
+    of a group to (active task name, processor id), so the tasks of one partition are
+    traced with small dictionaries instead of lookups among every task name. The by-name
+    views (``owner``, ``tasks``) are built on first use, which a rebalance that keeps its
+    partitions never needs.
+    """
+
+    __slots__ = ("_containers", "_owner", "_tasks", "by_group", "changelog_by_group",
+                 "factor", "standby_holders")
 
     def __init__(
         self,
         factor: int = 1,
-        owner: Mapping[str, str] | None = None,
-        standby_holders: Mapping[str, tuple[str, ...]] | None = None,
-        tasks: Mapping[str, TaskModel] | None = None,
-        by_group: Mapping[PartitionGroup, Mapping[int, str]] | None = None,
+        by_group: Mapping[PartitionGroup, Mapping[int, tuple[str, str]]] | None = None,
         changelog_by_group: Mapping[PartitionGroup, int] | None = None,
+        standby_holders: Mapping[str, tuple[str, ...]] | None = None,
+        containers: Mapping[str, ContainerModel] | None = None,
     ) -> None:
         self.factor = factor
-        #: active task name -> processor id
-        self.owner: Mapping[str, str] = owner or {}
-        #: active task name -> processors holding a standby copy
-        self.standby_holders: Mapping[str, tuple[str, ...]] = standby_holders or {}
-        #: active task name -> task model
-        self.tasks: Mapping[str, TaskModel] = tasks or {}
-        #: partition group -> key bucket -> active task name
-        self.by_group: Mapping[PartitionGroup, Mapping[int, str]] = by_group or {}
+        #: partition group -> key bucket -> (active task name, processor id)
+        self.by_group: Mapping[PartitionGroup, Mapping[int, tuple[str, str]]] = by_group or {}
         #: partition group -> the (smallest) changelog partition its tasks used
         self.changelog_by_group: Mapping[PartitionGroup, int] = changelog_by_group or {}
+        #: active task name -> processors holding a standby copy
+        self.standby_holders: Mapping[str, tuple[str, ...]] = standby_holders or {}
+        self._containers: Mapping[str, ContainerModel] = containers or {}
+        self._owner: dict[str, str] | None = None
+        self._tasks: dict[str, TaskModel] | None = None
 
     @staticmethod
     def of(previous: JobModel | None) -> PreviousAssignment:
@@ -51,31 +58,53 @@ class PreviousAssignment:
             return PreviousAssignment()
         return previous.memo("previous-assignment", _index)
 
-    def buckets_of(self, group: PartitionGroup) -> Mapping[int, str]:
-        """Previous active tasks of one partition group: key bucket -> task name."""
+    @property
+    def owner(self) -> Mapping[str, str]:
+        """Active task name -> processor id (built on first use)."""
+        if self._owner is None:
+            active = TaskMode.ACTIVE
+            self._owner = {name: pid for pid, container in self._containers.items()
+                           for name, task in container.tasks.items() if task.mode is active}
+        return self._owner
+
+    @property
+    def tasks(self) -> Mapping[str, TaskModel]:
+        """Active task name -> task model (built on first use)."""
+        if self._tasks is None:
+            active = TaskMode.ACTIVE
+            self._tasks = {name: task for container in self._containers.values()
+                           for name, task in container.tasks.items() if task.mode is active}
+        return self._tasks
+
+    def history_of(self, group: PartitionGroup) -> Mapping[int, tuple[str, str]]:
+        """Previous active tasks of one partition group: key bucket -> (name, processor)."""
         return self.by_group.get(group, {})
 
-    def lineage_in(self, buckets: Mapping[int, str], bucket: int, factor: int) -> tuple[str, ...]:
-        """Previous tasks (of one group's ``buckets``) overlapping ``bucket`` under ``factor``."""
-        if not buckets:
+    def lineage_in(
+        self, history: Mapping[int, tuple[str, str]], bucket: int, factor: int
+    ) -> tuple[str, ...]:
+        """Previous tasks (of one group's ``history``) overlapping ``bucket`` under ``factor``."""
+        if not history:
             return ()
         bucket = max(bucket, 0)
         prev_factor = self.factor
         if prev_factor <= factor:
-            parent = buckets.get(bucket & (prev_factor - 1))
-            return () if parent is None else (parent,)
-        children = []
-        for b in range(bucket, prev_factor, factor):
-            child = buckets.get(b)
-            if child is not None:
-                children.append(child)
-        return tuple(children)
+            parent = history.get(bucket & (prev_factor - 1))
+            return () if parent is None else (parent[0],)
+        return tuple(history[b][0] for b in range(bucket, prev_factor, factor) if b in history)
 
     def lineage(self, task: TaskModel, factor: int) -> tuple[str, ...]:
-        """Names of the previous active tasks whose key space overlaps ``task``'s."""
-        if task.name in self.owner:
-            return (task.name,)
-        return self.lineage_in(self.buckets_of(task.partition_group), task.key_bucket, factor)
+        """Names of the previous active tasks ``task`` descends from.
+
+        Those of its partition group whose key space overlaps its own (itself when nothing
+        changed, its parent after a split, its children after a merge); when its group has
+        none (a new group, e.g. a stream was added to the job), the previous task of the
+        same name, if there was one.
+        """
+        found = self.lineage_in(self.history_of(task.partition_group), task.key_bucket, factor)
+        if found:
+            return found
+        return (task.name,) if task.name in self.owner else ()
 
     def sticky_owner(self, lineage: Iterable[str], alive: Mapping[str, object]) -> str | None:
         """The live processor that held most of ``lineage`` (ties: smallest processor id)."""
@@ -92,22 +121,15 @@ class PreviousAssignment:
 
 
 def _index(previous: JobModel) -> PreviousAssignment:
-    owner: dict[str, str] = {}
-    tasks: dict[str, TaskModel] = {}
     holders: dict[str, list[str]] = {}
-    by_group: dict[PartitionGroup, dict[int, str]] = {}
+    by_group: dict[PartitionGroup, dict[int, tuple[str, str]]] = {}
     changelog: dict[PartitionGroup, int] = {}
     active = TaskMode.ACTIVE
-    buckets: dict[int, str] = {}
+    history: dict[int, tuple[str, str]] = {}
     for pid, container in previous.containers.items():
-        container_tasks = container.tasks
-        # every task as active in bulk (C loops); standby copies are taken out below
-        owner.update(dict.fromkeys(container_tasks, pid))
-        tasks.update(container_tasks)
         last_group: object = None
-        for name, task in container_tasks.items():
+        for name, task in container.tasks.items():
             if task.mode is not active:
-                del owner[name], tasks[name]
                 parsed = parse_standby_task_name(name)
                 if parsed is not None:
                     holders.setdefault(parsed[0], []).append(pid)
@@ -120,15 +142,17 @@ def _index(previous: JobModel) -> PreviousAssignment:
                     found = by_group[group] = {}
                     if task.changelog_partition >= 0:
                         changelog[group] = task.changelog_partition
-                buckets = found
+                history = found
             bucket = task.key_bucket
-            buckets[bucket if bucket > 0 else 0] = name
+            history[bucket if bucket > 0 else 0] = (name, pid)
     factor = previous.config.get("elasticityFactor")
+    if factor is None:
+        factor = elasticity_factor_of(
+            t for c in previous.containers.values() for t in c.active_tasks)
     return PreviousAssignment(
-        int(factor) if factor is not None else elasticity_factor_of(tasks.values()),
-        owner,
-        {k: tuple(sorted(set(v))) for k, v in holders.items()},
-        tasks,
+        int(factor),
         by_group,
         changelog,
+        {k: tuple(sorted(set(v))) for k, v in holders.items()},
+        previous.containers,
     )

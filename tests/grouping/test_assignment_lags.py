@@ -1,6 +1,8 @@
-"""The lags the assignment reads per task, against their definition: a task's own reports;
-a split child's are its parent's; a merged task is known only on processors that reported
-every child, as far behind as its furthest child. Negative reports count as caught up."""
+"""The lags the assignment reads per task, against their definition: a task's state is its
+lineage's (a split child's is its parent's; a merged task is known only on processors that
+reported every child, as far behind as its furthest child); a task without lineage has only
+its own reports. Negative reports count as caught up. Reports that name only their own
+processor's previous tasks take a faster path; both paths are checked."""
 
 from __future__ import annotations
 
@@ -17,26 +19,26 @@ from grouping.model import JobModel, SystemStreamPartition
 
 PROCS = {f"p{i}": f"host-{i}" for i in range(4)}
 INPUTS = [SystemStreamPartition("kafka", "orders", p) for p in range(2)]
+#: a stream added to the job: every partition group is new, lineage goes by task name
+WIDER = [*INPUTS, *(SystemStreamPartition("kafka", "refunds", p) for p in range(2))]
 ACCEPTABLE = AssignmentParams().acceptable_recovery_lag
 
 
 def expected_lags(previous: JobModel, factor: int, name: str, bucket: int,
-                  group: Any, reports: dict[str, dict[str, int]]) -> dict[int, int]:
-    pids = sorted(PROCS)
+                  group: Any, reports: dict[str, dict[str, int]],
+                  live: dict[str, str]) -> dict[int, int]:
+    pids = sorted(live)
 
     def direct(task: str) -> dict[int, int]:
-        return {pids.index(p): max(0, r[task]) for p, r in reports.items() if task in r}
+        return {pids.index(p): max(0, r[task]) for p, r in reports.items()
+                if task in r and p in live}
 
-    own = direct(name)
-    if own:
-        return own
     index = PreviousAssignment.of(previous)
-    buckets = index.buckets_of(group)
-    if name in index.owner:
-        return {}
-    lineage = index.lineage_in(buckets, bucket, factor)
+    lineage = index.lineage_in(index.history_of(group), bucket, factor)
+    if not lineage and name in index.owner:
+        lineage = (name,)
     if not lineage:
-        return {}
+        return direct(name)
     if len(lineage) == 1:
         return direct(lineage[0])
     per_child = [direct(c) for c in lineage]
@@ -56,21 +58,28 @@ lag_values = st.sampled_from([-5, 0, 7, ACCEPTABLE, ACCEPTABLE + 1, 50_000])
 
 
 @given(before=st.sampled_from([1, 2, 4, 8]), after=st.sampled_from([1, 2, 4, 8]),
-       exclusive=st.booleans(), data=st.data())
-def test_lags_follow_lineage_and_merge_by_the_furthest_child(
-    before: int, after: int, exclusive: bool, data: st.DataObject
+       reporting=st.sampled_from(["own", "exclusive", "any"]),
+       lost=st.sampled_from([None, "p1", "p3"]), widened=st.booleans(), data=st.data())
+def test_lineage_stickiness_and_lags_follow_their_definitions(
+    before: int, after: int, reporting: str, lost: str | None, widened: bool,
+    data: st.DataObject
 ) -> None:
     previous = generate_job_model(1, INPUTS, GroupByPartition(), before, PROCS,
                                   stateful=True).job_model
-    new = generate_job_model(2, INPUTS, GroupByPartition(), after, PROCS, previous=previous,
-                             stateful=True).job_model
+    new = generate_job_model(2, WIDER if widened else INPUTS, GroupByPartition(), after,
+                             PROCS, previous=previous, stateful=True).job_model
     names = sorted({*previous.active_tasks(), *new.active_tasks(), "Partition 9"})
-    if exclusive:  # each task reported by at most one processor (no standbys): the bulk path
+    reports: dict[str, dict[str, int]] = {pid: {} for pid in PROCS}
+    if reporting == "own":  # each processor reports some of the tasks it ran: fast path
+        for pid, container in previous.containers.items():
+            for name in container.tasks:
+                if data.draw(st.booleans(), label=f"{pid} reports {name}"):
+                    reports[pid][name] = data.draw(lag_values)
+    elif reporting == "exclusive":  # each task reported by at most one processor
         # two reporters at most, so a merged task's children often share one
         reporter = data.draw(st.lists(st.sampled_from([None, "p0", "p1"]),
                                       min_size=len(names), max_size=len(names)),
                              label="reporter")
-        reports: dict[str, dict[str, int]] = {pid: {} for pid in PROCS}
         for name, pid in zip(names, reporter, strict=True):
             if pid is not None:
                 reports[pid][name] = data.draw(lag_values)
@@ -78,11 +87,19 @@ def test_lags_follow_lineage_and_merge_by_the_furthest_child(
         reports = {pid: data.draw(st.dictionaries(st.sampled_from(names), lag_values,
                                                   max_size=len(names)), label=pid)
                    for pid in PROCS}
+    live = {pid: loc for pid, loc in PROCS.items() if pid != lost}
     tasks = list(new.active_tasks().values())
-    world = _World(tasks, PROCS, previous, {}, reports, True, AssignmentParams(), after)
+    world = _World(tasks, live, previous, {}, reports, True, AssignmentParams(), after)
+    index = PreviousAssignment.of(previous)
+    pids = sorted(live)
     for u, task in enumerate(world.tasks):
+        # the inlined lineage pass agrees with PreviousAssignment's rules
+        lineage = index.lineage(task, after)
+        assert world.lineage[u] == lineage, task.name
+        owner = index.sticky_owner(lineage, live)
+        assert world.sticky[u] == (-1 if owner is None else pids.index(owner)), task.name
         want = expected_lags(previous, after, task.name, task.key_bucket,
-                             task.partition_group, reports)
+                             task.partition_group, reports, live)
         assert world.lag_of[u] == want, task.name
         assert world.good[u] == expected_good(want), task.name
 
