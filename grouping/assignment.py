@@ -43,7 +43,7 @@ from operator import attrgetter
 from types import MappingProxyType
 
 from grouping.errors import GroupingError, InvalidAssignmentParams
-from grouping.lineage import PreviousAssignment
+from grouping.lineage import NO_HISTORY, GroupHistory, PreviousAssignment
 from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
 from grouping.task_names import elasticity_factor_of, standby_task_name
 
@@ -241,7 +241,7 @@ class _World:
         with ``own_reports`` (every report names only tasks its processor ran before), the
         lags of stateful tasks too, read from their predecessors' owners."""
         group_ids: dict[object, int] = {}
-        histories: list[Mapping[int, tuple[str, str]]] = []
+        histories: list[GroupHistory] = []
         group: list[int] = []
         sticky: list[int] = []
         locality: list[str | None] = []
@@ -256,7 +256,7 @@ class _World:
         # shared read-only entries for the usual outcome, one processor caught up at lag 0
         alone = [(j,) for j in range(self.m)]
         at_zero: list[Mapping[int, int]] = [{j: 0} for j in range(self.m)]
-        history: Mapping[int, tuple[str, str]] = {}
+        before, owners = NO_HISTORY
         last_group: object = None
         g = -1
         # One pass over 100k+ tasks after an elasticity change: the lineage rules of
@@ -270,51 +270,52 @@ class _World:
                     found = group_ids[pg] = len(group_ids)
                     histories.append(prev.history_of(pg))
                 g = found
-                history = histories[g]
+                before, owners = histories[g]
             group.append(g)
             bucket = t.key_bucket if t.key_bucket > 0 else 0
             lin: tuple[str, ...] = ()
             j = -1
             lag: int | None = None  # the lag on j, when j reported all of lin
             if prev_factor <= factor:  # the same tasks, or a split: one predecessor
-                entry = history.get(bucket & (prev_factor - 1))
-                if entry is not None:
-                    lin, j = (entry[0],), alive.get(entry[1], -1)
+                parent_bucket = bucket & (prev_factor - 1)
+                parent = before.get(parent_bucket)
+                if parent is not None:
+                    lin, j = (parent.name,), alive.get(owners[parent_bucket], -1)
                     if j >= 0 and stateful[u]:
-                        lag = reports_of[j].get(entry[0])
+                        lag = reports_of[j].get(parent.name)
             elif halved:  # two children: most children, ties to the smaller processor
-                e1, e2 = history.get(bucket), history.get(bucket + factor)
-                if e1 is not None and e2 is not None:
-                    lin = (e1[0], e2[0])
-                    j1, j2 = alive.get(e1[1], -1), alive.get(e2[1], -1)
+                c1, c2 = before.get(bucket), before.get(bucket + factor)
+                if c1 is not None and c2 is not None:
+                    lin = (c1.name, c2.name)
+                    j1 = alive.get(owners[bucket], -1)
+                    j2 = alive.get(owners[bucket + factor], -1)
                     if j1 == j2:
                         j = j1
                         if j >= 0 and stateful[u]:
                             report = reports_of[j]
-                            l1, l2 = report.get(e1[0]), report.get(e2[0])
+                            l1, l2 = report.get(c1.name), report.get(c2.name)
                             if l1 is not None and l2 is not None:
                                 lag = l1 if l1 > l2 else l2
                     else:
                         j = j2 if j1 < 0 else j1 if j2 < 0 else min(j1, j2)
-                elif e1 is not None or e2 is not None:
-                    only = e1 if e1 is not None else e2
-                    assert only is not None
-                    lin, j = (only[0],), alive.get(only[1], -1)
+                elif c1 is not None or c2 is not None:
+                    child_bucket = bucket if c1 is not None else bucket + factor
+                    name = before[child_bucket].name
+                    lin, j = (name,), alive.get(owners[child_bucket], -1)
                     if j >= 0 and stateful[u]:
-                        lag = reports_of[j].get(only[0])
+                        lag = reports_of[j].get(name)
             else:  # a deeper merge: the processor holding most children (ties: smallest)
-                children = [history[c] for c in range(bucket, prev_factor, factor)
-                            if c in history]
-                lin = tuple(name for name, _ in children)
+                buckets = [c for c in range(bucket, prev_factor, factor) if c in before]
+                lin = tuple(before[c].name for c in buckets)
                 counts: dict[int, int] = {}
-                for _, pid in children:
-                    jc = alive.get(pid, -1)
+                for c in buckets:
+                    jc = alive.get(owners[c], -1)
                     if jc >= 0:
                         counts[jc] = counts.get(jc, 0) + 1
                 if counts:
                     top = max(counts.values())
                     j = min(jc for jc, c in counts.items() if c == top)
-                    if stateful[u] and counts[j] == len(children):
+                    if stateful[u] and counts[j] == len(buckets):
                         child_lags = [reports_of[j].get(name) for name in lin]
                         if None not in child_lags:
                             lag = max(child_lags)  # type: ignore[type-var]
@@ -329,8 +330,8 @@ class _World:
             if task_locality:
                 loc = task_locality.get(t.name)
                 if loc is None:
-                    for parent in lin:
-                        loc = task_locality.get(parent)
+                    for ancestor in lin:
+                        loc = task_locality.get(ancestor)
                         if loc is not None:
                             break
                 locality.append(loc)

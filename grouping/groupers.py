@@ -20,7 +20,7 @@ from typing import ClassVar, NamedTuple, Protocol
 
 from grouping.errors import UnsupportedGrouperConfiguration
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
-from grouping.lineage import PreviousAssignment
+from grouping.lineage import NO_HISTORY, PreviousAssignment
 from grouping.model import WHOLE_PARTITION, JobModel, SystemStreamPartition, TaskMode, TaskModel
 from grouping.task_names import partition_task_name, ssp_task_name
 
@@ -190,11 +190,14 @@ def group_tasks(
             chosen[i] = hint
             used.add(hint)
     next_free = max(used, default=-1) + 1
-    # The hot loop of job model generation (100k tasks): tuples built directly.
+    # The hot loop of job model generation (100k tasks): tuples built directly, and a
+    # bucket's SSP(Kb)s shared with the previous model's task of that group and bucket
+    # (equal values; after a merge every bucket has one).
     make = tuple.__new__
     ssp_type, task_type, active = SystemStreamPartition, TaskModel, TaskMode.ACTIVE
+    histories = index.by_group
     tasks: list[TaskModel] = []
-    append, extend = tasks.append, tasks.extend
+    append = tasks.append
     for spec, settled in zip(specs, chosen, strict=True):
         if settled is None:
             changelog = next_free
@@ -202,16 +205,16 @@ def group_tasks(
         else:
             changelog = settled
         group = spec.group
-        if len(group) == 1 and spec.tasks[0][1] != WHOLE_PARTITION:
-            # the common elastic case: one SSP per group, one SSPKb per task
-            system, stream, partition, _ = group[0]
-            extend([make(task_type, (name, (make(ssp_type, (system, stream, partition, bucket)),),
-                                     changelog, active, bucket, group))
-                    for name, bucket in spec.tasks])
-            continue
+        known = histories.get(group, NO_HISTORY).tasks
+        single = group[0] if len(group) == 1 else None
         for name, bucket in spec.tasks:
-            if bucket == WHOLE_PARTITION:
+            twin = known.get(bucket)
+            if twin is not None and twin.key_bucket == bucket:
+                task_ssps = twin.ssps
+            elif bucket == WHOLE_PARTITION:
                 task_ssps = group
+            elif single is not None:
+                task_ssps = (make(ssp_type, (single[0], single[1], single[2], bucket)),)
             else:
                 task_ssps = tuple(make(ssp_type, (g[0], g[1], g[2], bucket)) for g in group)
             append(make(task_type, (name, task_ssps, changelog, active, bucket, group)))

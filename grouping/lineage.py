@@ -11,6 +11,7 @@ split child prefers its parent's processor.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
 from grouping.task_names import elasticity_factor_of, parse_standby_task_name
@@ -18,13 +19,24 @@ from grouping.task_names import elasticity_factor_of, parse_standby_task_name
 PartitionGroup = tuple[object, ...]
 
 
+class GroupHistory(NamedTuple):
+    """The previous active tasks of one partition group, by key bucket (a whole-partition
+    task under bucket 0), and the processors that ran them."""
+
+    tasks: dict[int, TaskModel]
+    owners: dict[int, str]
+
+
+NO_HISTORY = GroupHistory({}, {})
+
+
 class PreviousAssignment:
     """The parts of a previous job model that grouping and assignment need, indexed once
     (one pass over the model, memoised on it).
 
-    Lineage is found through partition groups: ``history_of(group)`` maps each key bucket
-    of a group to (active task name, processor id), so the tasks of one partition are
-    traced with small dictionaries instead of lookups among every task name. The by-name
+    Lineage is found through partition groups: ``history_of(group)`` holds each key
+    bucket's previous task and processor, so the tasks of one partition are traced with
+    small dictionaries instead of lookups among every task name. The by-name
     views (``owner``, ``tasks``) are built on first use, which a rebalance that keeps its
     partitions never needs.
     """
@@ -35,14 +47,14 @@ class PreviousAssignment:
     def __init__(
         self,
         factor: int = 1,
-        by_group: Mapping[PartitionGroup, Mapping[int, tuple[str, str]]] | None = None,
+        by_group: Mapping[PartitionGroup, GroupHistory] | None = None,
         changelog_by_group: Mapping[PartitionGroup, int] | None = None,
         standby_holders: Mapping[str, tuple[str, ...]] | None = None,
         containers: Mapping[str, ContainerModel] | None = None,
     ) -> None:
         self.factor = factor
-        #: partition group -> key bucket -> (active task name, processor id)
-        self.by_group: Mapping[PartitionGroup, Mapping[int, tuple[str, str]]] = by_group or {}
+        #: partition group -> its previous active tasks and their processors, by key bucket
+        self.by_group: Mapping[PartitionGroup, GroupHistory] = by_group or {}
         #: partition group -> the (smallest) changelog partition its tasks used
         self.changelog_by_group: Mapping[PartitionGroup, int] = changelog_by_group or {}
         #: active task name -> processors holding a standby copy
@@ -76,22 +88,19 @@ class PreviousAssignment:
                            for name, task in container.tasks.items() if task.mode is active}
         return self._tasks
 
-    def history_of(self, group: PartitionGroup) -> Mapping[int, tuple[str, str]]:
-        """Previous active tasks of one partition group: key bucket -> (name, processor)."""
-        return self.by_group.get(group, {})
+    def history_of(self, group: PartitionGroup) -> GroupHistory:
+        """The previous active tasks of one partition group and their processors."""
+        return self.by_group.get(group, NO_HISTORY)
 
-    def lineage_in(
-        self, history: Mapping[int, tuple[str, str]], bucket: int, factor: int
-    ) -> tuple[str, ...]:
+    def lineage_in(self, history: GroupHistory, bucket: int, factor: int) -> tuple[str, ...]:
         """Previous tasks (of one group's ``history``) overlapping ``bucket`` under ``factor``."""
-        if not history:
-            return ()
+        tasks = history.tasks
         bucket = max(bucket, 0)
         prev_factor = self.factor
         if prev_factor <= factor:
-            parent = history.get(bucket & (prev_factor - 1))
-            return () if parent is None else (parent[0],)
-        return tuple(history[b][0] for b in range(bucket, prev_factor, factor) if b in history)
+            parent = tasks.get(bucket & (prev_factor - 1))
+            return () if parent is None else (parent.name,)
+        return tuple(tasks[b].name for b in range(bucket, prev_factor, factor) if b in tasks)
 
     def lineage(self, task: TaskModel, factor: int) -> tuple[str, ...]:
         """Names of the previous active tasks ``task`` descends from.
@@ -122,10 +131,11 @@ class PreviousAssignment:
 
 def _index(previous: JobModel) -> PreviousAssignment:
     holders: dict[str, list[str]] = {}
-    by_group: dict[PartitionGroup, dict[int, tuple[str, str]]] = {}
+    by_group: dict[PartitionGroup, GroupHistory] = {}
     changelog: dict[PartitionGroup, int] = {}
     active = TaskMode.ACTIVE
-    history: dict[int, tuple[str, str]] = {}
+    tasks: dict[int, TaskModel] = {}
+    owners: dict[int, str] = {}
     for pid, container in previous.containers.items():
         last_group: object = None
         for name, task in container.tasks.items():
@@ -139,12 +149,13 @@ def _index(previous: JobModel) -> PreviousAssignment:
                 last_group = group
                 found = by_group.get(group)
                 if found is None:
-                    found = by_group[group] = {}
+                    found = by_group[group] = GroupHistory({}, {})
                     if task.changelog_partition >= 0:
                         changelog[group] = task.changelog_partition
-                history = found
-            bucket = task.key_bucket
-            history[bucket if bucket > 0 else 0] = (name, pid)
+                tasks, owners = found
+            bucket = task.key_bucket if task.key_bucket > 0 else 0
+            tasks[bucket] = task
+            owners[bucket] = pid
     factor = previous.config.get("elasticityFactor")
     if factor is None:
         factor = elasticity_factor_of(
