@@ -34,7 +34,9 @@ gives the same output, and a balanced assignment fed back unchanged is returned 
 from __future__ import annotations
 
 import heapq
+import operator
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -725,14 +727,15 @@ class _Placer:
         self.loc_queue = {loc: _LoadQueue(js, load) for loc, js in by_loc.items()}
         if not self.group_cohesion or not orphans:
             return
-        unit_task, group = self.unit_task, w.group
-        wanted = {group[unit_task[k]] for k in orphans}
-        for j, units in enumerate(self.on_proc):
-            for k in units:
-                g = group[unit_task[k]]
-                if g in wanted:
-                    procs = self.group_procs.setdefault(g, {})
-                    procs[j] = procs.get(j, 0) + 1
+        unit_group = list(map(w.group.__getitem__, self.unit_task))
+        wanted = {unit_group[k] for k in orphans}
+        place = self.place
+        # only units of the orphans' groups (few, after a small change), picked out in C
+        for k in compress(range(len(unit_group)), map(wanted.__contains__, unit_group)):
+            j = place[k]
+            if j >= 0:
+                procs = self.group_procs.setdefault(unit_group[k], {})
+                procs[j] = procs.get(j, 0) + 1
 
     def _has_alternative(self, k: int, j: int, room: list[bool], room_count: int) -> bool:
         """True when unit k could go to another processor that has room."""
@@ -888,8 +891,7 @@ def assign_tasks(
         return AssignmentResult(MappingProxyType({}), False)
 
     stateful_units = list(compress(range(w.n), w.is_stateful))
-    stateless_units = list(compress(range(w.n), [not s for s in w.is_stateful]))
-    active = [-1] * w.n
+    stateless_units = list(compress(range(w.n), map(operator.not_, w.is_stateful)))
     target = [-1] * w.n
     active_load = [0] * w.m
 
@@ -897,17 +899,19 @@ def assign_tasks(
     if stateful_units:
         placer = _Placer(w, stateful_units, [w.sticky[u] for u in stateful_units],
                          [0] * w.m, lag_aware=True)
-        for k, j in enumerate(placer.run()):
-            target[stateful_units[k]] = j
-    moving: list[int] = []
+        place = placer.run()
+        for u, j in zip(stateful_units, place, strict=True):
+            target[u] = j
+        for j, count in Counter(place).items():
+            active_load[j] = count
+    # actives stay on their target where it is caught up; the others move there later
+    active = target[:]
     good = w.good
-    for u in stateful_units:
-        j, good_u = target[u], good[u]
-        if good_u is None or j in good_u:
-            active[u] = j
-            active_load[j] += 1
-        else:
-            moving.append(u)
+    moving = [u for u in stateful_units
+              if (good_u := good[u]) is not None and target[u] not in good_u]
+    for u in moving:
+        active[u] = -1
+        active_load[target[u]] -= 1
     # warm-ups already under way first, then the tasks with the fewest caught-up choices
     moving.sort(key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u))
     for u in moving:
@@ -955,8 +959,8 @@ def assign_tasks(
     if stateless_units:
         placer = _Placer(w, stateless_units, [w.sticky[u] for u in stateless_units],
                          active_load, lag_aware=False)
-        for k, j in enumerate(placer.run()):
-            active[stateless_units[k]] = j
+        for u, j in zip(stateless_units, placer.run(), strict=True):
+            active[u] = j
 
     containers = _containers(w, active, standbys, warmups)
     return AssignmentResult(
@@ -1108,8 +1112,8 @@ def _containers(
     warmups: AbstractSet[tuple[int, int]],
 ) -> Mapping[str, ContainerModel]:
     per_proc: list[list[TaskModel]] = [[] for _ in range(w.m)]
-    for u, task in enumerate(w.tasks):
-        per_proc[active[u]].append(task)
+    for task, j in zip(w.tasks, active, strict=True):
+        per_proc[j].append(task)
     extra: dict[int, list[int]] = {}
     for u, j in sorted(warmups):
         extra.setdefault(u, []).append(j)

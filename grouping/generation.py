@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from grouping.assignment import AssignmentParams, AssignmentResult, assign_tasks
@@ -79,7 +80,8 @@ def _same_tasks(
     grouped = {s for group in index.by_group for s in group}
     if grouped != {s.whole() for s in inputs}:
         return None
-    return sorted(index.tasks.values(), key=lambda t: t.name)
+    return sorted((t for history in index.by_group.values() for t in history.tasks.values()),
+                  key=attrgetter("name"))
 
 
 def _generate(

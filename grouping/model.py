@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import pairwise
-from operator import itemgetter
+from itertools import islice, pairwise
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
@@ -166,6 +166,9 @@ class TaskModel(_TaskFields):
                                          self.partition_group))
 
 
+_name_of = attrgetter("name")
+
+
 def _frozen_mapping(items: Iterable[tuple[str, Any]]) -> Mapping[str, Any]:
     return MappingProxyType(dict(sorted(items, key=itemgetter(0))))
 
@@ -181,9 +184,12 @@ class ContainerModel:
     @staticmethod
     def of(processor_id: str, location_id: str, tasks: Iterable[TaskModel]) -> ContainerModel:
         """Build a container model; tasks are keyed by name in sorted order."""
-        return ContainerModel(
-            processor_id, location_id, _frozen_mapping((t.name, t) for t in tasks)
-        )
+        tasks = list(tasks)
+        names = list(map(_name_of, tasks))
+        by_name = zip(names, tasks, strict=True)
+        if any(map(str.__ge__, names, islice(names, 1, None))):  # not already in order
+            return ContainerModel(processor_id, location_id, _frozen_mapping(by_name))
+        return ContainerModel(processor_id, location_id, MappingProxyType(dict(by_name)))
 
     @property
     def active_tasks(self) -> tuple[TaskModel, ...]:
