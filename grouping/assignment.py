@@ -682,27 +682,26 @@ class _Placer:
         least of, then later units."""
         w, unit_task = self.w, self.unit_task
         group = w.group
-        cohesion = self.group_cohesion
-        held: dict[int, int] = {}
-        if cohesion:
-            for k in units:
-                g = group[unit_task[k]]
-                held[g] = held.get(g, 0) + 1
+        unit_group = [group[unit_task[k]] for k in units]
+        held = Counter(unit_group) if self.group_cohesion else None
         good = w.good if self.lag_aware else None
+        exclusions = self.exclusions
         # for a unit any processor may run (and no copy elsewhere to avoid): j alone aside
         free_alternative = room_count - (1 if room[j] else 0) > 0
-        keys = []
-        for k in units:
-            u = unit_task[k]
-            gd = None if good is None else good[u]
-            cohesion_rank = -held[group[u]] if cohesion else 0
-            if gd is None and self.exclusions is None:
-                keys.append((False, free_alternative, cohesion_rank, k))
-            elif gd is not None and len(gd) == 1 and gd[0] == j:  # caught up on j alone
-                keys.append((False, False, cohesion_rank, k))
-            else:
-                keys.append((gd is not None and j not in gd,
-                             self._has_alternative(k, j, room, room_count), cohesion_rank, k))
+        keys: list[tuple[bool, bool, int, int]] = []
+        append = keys.append
+        for k, g in zip(units, unit_group, strict=True):
+            cohesion_rank = 0 if held is None else -held[g]
+            gd = None if good is None else good[unit_task[k]]
+            if gd is None:
+                if exclusions is None:
+                    append((False, free_alternative, cohesion_rank, k))
+                    continue
+            elif len(gd) == 1 and gd[0] == j:  # caught up on j alone: nowhere else to go
+                append((False, False, cohesion_rank, k))
+                continue
+            append((gd is not None and j not in gd,
+                    self._has_alternative(k, j, room, room_count), cohesion_rank, k))
         return keys
 
     def _keep_all(self, j: int, units: list[int]) -> None:
