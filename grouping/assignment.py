@@ -1120,9 +1120,8 @@ def _containers(
         task = w.tasks[u]
         copies = list(standbys.get(u, ())) + extra.get(u, [])
         for replica, j in enumerate(copies):
-            per_proc[j].append(TaskModel(
-                standby_task_name(task.name, replica), task.ssps,
-                task.changelog_partition, TaskMode.STANDBY))
+            per_proc[j].append(
+                task.with_mode(TaskMode.STANDBY, standby_task_name(task.name, replica)))
     return MappingProxyType({
         pid: ContainerModel.of(pid, w.location[j], per_proc[j])
         for j, pid in enumerate(w.pids)

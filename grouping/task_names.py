@@ -16,7 +16,7 @@ from grouping.model import SystemStreamPartition, TaskModel
 
 _PARTITION = re.compile(r"^Partition (\d+)(?:_(\d+)_(\d+))?$")
 _SSP = re.compile(r"^SystemStreamPartition \[([^,\]]+), ([^,\]]+), (\d+)(?:, (\d+)\]_(\d+)|\])$")
-_STANDBY = re.compile(r"^Standby-(.+)-(\d+)$")
+_STANDBY_PREFIX = "Standby-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +55,14 @@ def standby_task_name(active_task_name: str, replica: int) -> str:
 
 def parse_standby_task_name(name: str) -> tuple[str, int] | None:
     """(active task name, replica) for a standby copy's name, else None."""
-    m = _STANDBY.match(name)
-    if m is None:
+    # string operations rather than _STANDBY.match: indexing a job model with 100k
+    # standby copies parses every name
+    if not name.startswith(_STANDBY_PREFIX):
         return None
-    return m.group(1), int(m.group(2))
+    active, dash, replica = name[len(_STANDBY_PREFIX):].rpartition("-")
+    if not dash or not active or not replica.isdecimal():
+        return None
+    return active, int(replica)
 
 
 def parse_task_name(name: str) -> TaskNameParts | None:

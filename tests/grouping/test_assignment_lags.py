@@ -80,9 +80,9 @@ def test_lineage_stickiness_and_lags_follow_their_definitions(
         reporter = data.draw(st.lists(st.sampled_from([None, "p0", "p1"]),
                                       min_size=len(names), max_size=len(names)),
                              label="reporter")
-        for name, pid in zip(names, reporter, strict=True):
-            if pid is not None:
-                reports[pid][name] = data.draw(lag_values)
+        for name, chosen in zip(names, reporter, strict=True):
+            if chosen is not None:
+                reports[chosen][name] = data.draw(lag_values)
     else:
         reports = {pid: data.draw(st.dictionaries(st.sampled_from(names), lag_values,
                                                   max_size=len(names)), label=pid)

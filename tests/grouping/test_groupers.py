@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from grouping.errors import InvalidElasticityFactor, UnsupportedGrouperConfiguration
 from grouping.groupers import (
@@ -13,7 +15,7 @@ from grouping.groupers import (
     grouper_by_name,
 )
 from grouping.model import SSP, ContainerModel, JobModel, TaskModel
-from grouping.task_names import parse_task_name
+from grouping.task_names import parse_standby_task_name, parse_task_name, standby_task_name
 
 
 def as_model(tasks: list[TaskModel]) -> JobModel:
@@ -104,6 +106,18 @@ def test_task_names_parse_back() -> None:
     assert (parts.system, parts.stream, parts.partition, parts.key_bucket) == (
         "SystemA", "StreamB", 7, 3)
     assert parse_task_name("FooBar") is None
+
+
+@given(name=st.text(min_size=1), replica=st.integers(0, 10_000))
+def test_standby_names_parse_back(name: str, replica: int) -> None:
+    assert parse_standby_task_name(standby_task_name(name, replica)) == (name, replica)
+
+
+@pytest.mark.parametrize("name", [
+    "Partition 1", "Standby-", "Standby-x", "Standby--1", "Standby-x-", "Standby-x-1a",
+    "standby-x-1", "Standby-x-1.5"])
+def test_names_that_are_not_standby_copies(name: str) -> None:
+    assert parse_standby_task_name(name) is None
 
 
 def test_grouper_by_name_names_the_known_ones() -> None:
