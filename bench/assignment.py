@@ -7,11 +7,13 @@ change ends with the row's number of tasks. It prints the median
 time of several runs, the balance (max - min active tasks), and the tasks moved against the
 lower bound on moves for that change.
 
-Stateful runs: every processor reports lag 0 for the tasks it runs, so the tasks of a lost
-processor may go anywhere, while a new processor (no state yet) only gets warm-ups: its
-moves come in later probing rebalances (KIP-441), and the table shows them as warm-ups.
+Stateful runs: every processor reports lag 0 for the tasks it holds (standby copies under
+their active task's name), so the tasks of a lost processor may go anywhere, while a new
+processor (no state yet) only gets warm-ups: its moves come in later probing rebalances
+(KIP-441), and the table shows them as warm-ups.
 
-Run: python -m bench.assignment [--quick] [--runs N]
+Run: python -m bench.assignment [--quick] [--runs N] [--tasks N...] [--procs N...]
+     [--standbys N]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from grouping.generation import GeneratedJobModel, generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.measures import balance, lower_bound_moves, moved_tasks
 from grouping.model import JobModel, SystemStreamPartition
+from grouping.task_names import parse_standby_task_name
 
 BASE_FACTOR = 8
 GROUPER = GroupByPartition()
@@ -40,7 +43,14 @@ def inputs(tasks: int) -> list[SystemStreamPartition]:
 
 
 def lags_of(model: JobModel) -> dict[str, dict[str, int]]:
-    return {pid: {t.name: 0 for t in c.active_tasks} for pid, c in model.containers.items()}
+    """Lag 0 for every copy a processor holds, reported under the active task's name."""
+    reports: dict[str, dict[str, int]] = {}
+    for pid, container in model.containers.items():
+        report = reports[pid] = {}
+        for name in container.tasks:
+            standby = parse_standby_task_name(name)
+            report[standby[0] if standby else name] = 0
+    return reports
 
 
 def timed(fn: Callable[[], GeneratedJobModel], runs: int) -> tuple[float, GeneratedJobModel]:
@@ -54,11 +64,12 @@ def timed(fn: Callable[[], GeneratedJobModel], runs: int) -> tuple[float, Genera
     return statistics.median(times), result
 
 
-def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int) -> list[str]:
+def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
+                  standbys: int = 0) -> list[str]:
     """One row per change; every change ends with ``n_tasks`` tasks (F = 8 afterwards)."""
     ssps = inputs(n_tasks)
     procs = processors(n_procs)
-    params = AssignmentParams()
+    params = AssignmentParams(num_standbys=standbys)
     lost = dict(procs)
     lost.pop(sorted(procs)[n_procs // 2])
     changes = {  # name: (factor before, processors after)
@@ -99,16 +110,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only 1k and 10k tasks")
     parser.add_argument("--runs", type=int, default=5, help="runs per measurement (median)")
+    parser.add_argument("--tasks", type=int, nargs="+", help="task counts (default: all)")
+    parser.add_argument("--procs", type=int, nargs="+", default=[10, 100, 1000],
+                        help="processor counts")
+    parser.add_argument("--standbys", type=int, default=0,
+                        help="num_standbys; > 0 runs the stateful rows only")
     args = parser.parse_args()
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    sizes = args.tasks or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
+    kinds = (True,) if args.standbys > 0 else (False, True)
     print("| tasks   | procs | kind      | change    | median ms | bal | moved  | bound  "
           "| ratio | wu  |")
     print("|---------|-------|-----------|-----------|-----------|-----|--------|--------"
           "|-------|-----|")
     for n_tasks in sizes:
-        for n_procs in (10, 100, 1000):
-            for stateful in (False, True):
-                for row in scenario_rows(n_tasks, n_procs, stateful, args.runs):
+        for n_procs in args.procs:
+            for stateful in kinds:
+                for row in scenario_rows(n_tasks, n_procs, stateful, args.runs, args.standbys):
                     print(row, flush=True)
 
 
