@@ -226,6 +226,8 @@ class _World:
         self.good: list[tuple[int, ...] | None] = []
         any_stateful = any(self.is_stateful)
         own = _own_reports(task_lags, self.pid_index, previous) if any_stateful else None
+        self.factor = factor
+        self.histories: list[GroupHistory] = []
         self._trace(prev, factor, task_locality, own)
         if not any_stateful:
             self.lag_of, self.good = [{}] * self.n, [None] * self.n
@@ -243,11 +245,13 @@ class _World:
         with ``own_reports`` (every report names only tasks its processor ran before), the
         lags of stateful tasks too, read from their predecessors' owners."""
         group_ids: dict[object, int] = {}
-        histories: list[GroupHistory] = []
-        group: list[int] = []
-        sticky: list[int] = []
+        histories = self.histories
+        # filled in place: predecessors() reads the entries made so far
+        self.group: list[int] = []
+        self.lineage: list[tuple[str, ...]] = []
+        self.sticky: list[int] = []
+        group, lineage, sticky = self.group, self.lineage, self.sticky
         locality: list[str | None] = []
-        lineage: list[tuple[str, ...]] = []
         lag_of, good = self.lag_of, self.good
         alive = self.pid_index
         prev_factor = prev.factor
@@ -258,7 +262,7 @@ class _World:
         # shared read-only entries for the usual outcome, one processor caught up at lag 0
         alone = [(j,) for j in range(self.m)]
         at_zero: list[Mapping[int, int]] = [{j: 0} for j in range(self.m)]
-        before, owners = NO_HISTORY
+        before, owners, _ = NO_HISTORY
         last_group: object = None
         g = -1
         # One pass over 100k+ tasks after an elasticity change: the lineage rules of
@@ -272,7 +276,7 @@ class _World:
                     found = group_ids[pg] = len(group_ids)
                     histories.append(prev.history_of(pg))
                 g = found
-                before, owners = histories[g]
+                before, owners, _ = histories[g]
             group.append(g)
             bucket = t.key_bucket if t.key_bucket > 0 else 0
             lin: tuple[str, ...] = ()
@@ -337,16 +341,42 @@ class _World:
                         if loc is not None:
                             break
                 locality.append(loc)
-            if own_reports is not None:
-                if lag is None:
-                    lag_of.append(empty)
-                    good.append(None)
-                else:
-                    lag_of.append(at_zero[j] if lag <= 0 else {j: lag})
-                    good.append(alone[j])
-        if not task_locality:
-            locality = [None] * self.n
-        self.group, self.sticky, self.locality, self.lineage = group, sticky, locality, lineage
+            if own_reports is None:
+                continue
+            if lag is None:
+                lag_of.append(empty)
+                good.append(None)
+            else:
+                lag_of.append(at_zero[j] if lag <= 0 else {j: lag})
+                good.append(alone[j])
+        self.locality = locality if task_locality else [None] * self.n
+
+    def copy_holders(self, u: int) -> tuple[list[str], list[str]]:
+        """The processors that held a copy of u's lineage in the previous model: the
+        active owners, and the standby (or warm-up) holders; read from u's group history,
+        or by task name when its group is new."""
+        history = self.histories[self.group[u]]
+        owners, standbys = history.owners, history.standbys
+        bucket = max(self.tasks[u].key_bucket, 0)
+        prev_factor = self.prev.factor
+        if prev_factor <= self.factor:
+            parent = bucket & (prev_factor - 1)
+            if parent in owners:
+                return [owners[parent]], standbys.get(parent, [])
+        else:
+            owner_pids: list[str] = []
+            standby_pids: list[str] = []
+            for child in range(bucket, prev_factor, self.factor):
+                pid = owners.get(child)
+                if pid is not None:
+                    owner_pids.append(pid)
+                    standby_pids += standbys.get(child, ())
+            if owner_pids:
+                return owner_pids, standby_pids
+        by_name = self.prev.owner
+        names = [name for name in self.lineage[u] if name in by_name]
+        return ([by_name[name] for name in names],
+                [pid for name in names for pid in self.prev.standby_holders.get(name, ())])
 
     def _lags(self, task_lags: Mapping[str, Mapping[str, int]], acceptable: int
               ) -> tuple[list[Mapping[int, int]], list[tuple[int, ...] | None]]:
@@ -1055,7 +1085,7 @@ def _place_standbys(
     for u in stateful_units:
         blocked = {active[u], target[u]}
         copies = min(w.params.num_standbys, w.m - len(blocked))
-        holders = _state_holders(w, u, blocked)
+        holders = _state_holders(w, u, blocked, copies) if copies > 0 else []
         for r in range(max(0, copies)):
             unit_task.append(u)
             sticky.append(holders[r] if r < len(holders) else -1)
@@ -1087,21 +1117,26 @@ def _place_standbys(
         standbys[unit_task[k]].append(j)
 
 
-def _state_holders(w: _World, u: int, blocked: AbstractSet[int]) -> list[int]:
-    """Processors that held a copy of u (or its lineage) before: most caught up first, then
-    previous standby holders before a previous active owner (so standbys stay put)."""
-    standby: set[int] = set()
-    owners: set[int] = set()
-    for name in w.lineage[u]:
-        for pid in w.prev.standby_holders.get(name, ()):
-            j = w.pid_index.get(pid)
-            if j is not None:
-                standby.add(j)
-        owner = w.prev.owner.get(name)
-        if owner is not None and owner in w.pid_index:
-            owners.add(w.pid_index[owner])
-    holders = (standby | owners) - blocked
-    return sorted(holders, key=lambda j: (w.rank(u, j), j not in standby, j))
+def _state_holders(w: _World, u: int, blocked: AbstractSet[int], count: int) -> list[int]:
+    """Up to ``count`` processors that held a copy of u (or its lineage) before: most
+    caught up first, then previous standby holders before a previous active owner (so
+    standbys stay put)."""
+    owner_pids, standby_pids = w.copy_holders(u)
+    alive = w.pid_index
+    standby = {alive.get(pid, -1) for pid in standby_pids}
+    holders = {alive.get(pid, -1) for pid in owner_pids}
+    holders |= standby
+    holders -= blocked
+    holders.discard(-1)  # gone since
+    if len(holders) <= 1:
+        return list(holders)
+
+    def rank(j: int) -> tuple[int, bool, int]:
+        return (w.rank(u, j), j not in standby, j)
+
+    if count == 1:
+        return [min(holders, key=rank)]
+    return sorted(holders, key=rank)[:count]
 
 
 def _containers(

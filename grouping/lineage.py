@@ -20,14 +20,16 @@ PartitionGroup = tuple[object, ...]
 
 
 class GroupHistory(NamedTuple):
-    """The previous active tasks of one partition group, by key bucket (a whole-partition
-    task under bucket 0), and the processors that ran them."""
+    """One partition group in the previous model, by key bucket (a whole-partition task
+    under bucket 0): the active tasks, the processors that ran them, and the processors
+    that held standby (or warm-up) copies."""
 
     tasks: dict[int, TaskModel]
     owners: dict[int, str]
+    standbys: dict[int, list[str]]
 
 
-NO_HISTORY = GroupHistory({}, {})
+NO_HISTORY = GroupHistory({}, {}, {})
 
 
 class PreviousAssignment:
@@ -35,21 +37,20 @@ class PreviousAssignment:
     (one pass over the model, memoised on it).
 
     Lineage is found through partition groups: ``history_of(group)`` holds each key
-    bucket's previous task and processor, so the tasks of one partition are traced with
-    small dictionaries instead of lookups among every task name. The by-name
-    views (``owner``, ``tasks``) are built on first use, which a rebalance that keeps its
-    partitions never needs.
+    bucket's previous task and the processors holding copies of it, so the tasks of one
+    partition are traced with small dictionaries instead of lookups among every task name.
+    The by-name views (``owner``, ``tasks``, ``standby_holders``) are built on first use,
+    which a rebalance that keeps its partition groups never needs.
     """
 
-    __slots__ = ("_containers", "_owner", "_tasks", "by_group", "changelog_by_group",
-                 "factor", "standby_holders")
+    __slots__ = ("_containers", "_owner", "_standby_holders", "_tasks", "by_group",
+                 "changelog_by_group", "factor")
 
     def __init__(
         self,
         factor: int = 1,
         by_group: Mapping[PartitionGroup, GroupHistory] | None = None,
         changelog_by_group: Mapping[PartitionGroup, int] | None = None,
-        standby_holders: Mapping[str, tuple[str, ...]] | None = None,
         containers: Mapping[str, ContainerModel] | None = None,
     ) -> None:
         self.factor = factor
@@ -57,11 +58,10 @@ class PreviousAssignment:
         self.by_group: Mapping[PartitionGroup, GroupHistory] = by_group or {}
         #: partition group -> the (smallest) changelog partition its tasks used
         self.changelog_by_group: Mapping[PartitionGroup, int] = changelog_by_group or {}
-        #: active task name -> processors holding a standby copy
-        self.standby_holders: Mapping[str, tuple[str, ...]] = standby_holders or {}
         self._containers: Mapping[str, ContainerModel] = containers or {}
         self._owner: dict[str, str] | None = None
         self._tasks: dict[str, TaskModel] | None = None
+        self._standby_holders: dict[str, tuple[str, ...]] | None = None
 
     @staticmethod
     def of(previous: JobModel | None) -> PreviousAssignment:
@@ -78,6 +78,21 @@ class PreviousAssignment:
             self._owner = {name: pid for pid, container in self._containers.items()
                            for name, task in container.tasks.items() if task.mode is active}
         return self._owner
+
+    @property
+    def standby_holders(self) -> Mapping[str, tuple[str, ...]]:
+        """Active task name -> processors holding a standby copy (built on first use)."""
+        if self._standby_holders is None:
+            holders: dict[str, set[str]] = {}
+            active = TaskMode.ACTIVE
+            for pid, container in self._containers.items():
+                for name, task in container.tasks.items():
+                    parsed = None if task.mode is active else parse_standby_task_name(name)
+                    if parsed is not None:
+                        holders.setdefault(parsed[0], set()).add(pid)
+            self._standby_holders = {name: tuple(sorted(pids))
+                                     for name, pids in holders.items()}
+        return self._standby_holders
 
     @property
     def tasks(self) -> Mapping[str, TaskModel]:
@@ -130,40 +145,32 @@ class PreviousAssignment:
 
 
 def _index(previous: JobModel) -> PreviousAssignment:
-    holders: dict[str, list[str]] = {}
     by_group: dict[PartitionGroup, GroupHistory] = {}
     changelog: dict[PartitionGroup, int] = {}
     active = TaskMode.ACTIVE
     tasks: dict[int, TaskModel] = {}
     owners: dict[int, str] = {}
+    standbys: dict[int, list[str]] = {}
     for pid, container in previous.containers.items():
         last_group: object = None
-        for name, task in container.tasks.items():
-            if task.mode is not active:
-                parsed = parse_standby_task_name(name)
-                if parsed is not None:
-                    holders.setdefault(parsed[0], []).append(pid)
-                continue
+        for task in container.tasks.values():
             group = task.partition_group
             if group is not last_group:  # a container's tasks of one group are adjacent
                 last_group = group
                 found = by_group.get(group)
                 if found is None:
-                    found = by_group[group] = GroupHistory({}, {})
+                    found = by_group[group] = GroupHistory({}, {}, {})
                     if task.changelog_partition >= 0:
                         changelog[group] = task.changelog_partition
-                tasks, owners = found
+                tasks, owners, standbys = found
             bucket = task.key_bucket if task.key_bucket > 0 else 0
-            tasks[bucket] = task
-            owners[bucket] = pid
+            if task.mode is active:
+                tasks[bucket] = task
+                owners[bucket] = pid
+            else:  # a standby or warm-up copy: same SSPs, so same group and bucket
+                standbys.setdefault(bucket, []).append(pid)
     factor = previous.config.get("elasticityFactor")
     if factor is None:
         factor = elasticity_factor_of(
             t for c in previous.containers.values() for t in c.active_tasks)
-    return PreviousAssignment(
-        int(factor),
-        by_group,
-        changelog,
-        {k: tuple(sorted(set(v))) for k, v in holders.items()},
-        previous.containers,
-    )
+    return PreviousAssignment(int(factor), by_group, changelog, previous.containers)

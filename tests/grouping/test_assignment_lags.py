@@ -16,6 +16,7 @@ from grouping.generation import generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.lineage import PreviousAssignment
 from grouping.model import JobModel, SystemStreamPartition
+from grouping.task_names import parse_standby_task_name
 
 PROCS = {f"p{i}": f"host-{i}" for i in range(4)}
 INPUTS = [SystemStreamPartition("kafka", "orders", p) for p in range(2)]
@@ -59,20 +60,24 @@ lag_values = st.sampled_from([-5, 0, 7, ACCEPTABLE, ACCEPTABLE + 1, 50_000])
 
 @given(before=st.sampled_from([1, 2, 4, 8]), after=st.sampled_from([1, 2, 4, 8]),
        reporting=st.sampled_from(["own", "exclusive", "any"]),
-       lost=st.sampled_from([None, "p1", "p3"]), widened=st.booleans(), data=st.data())
+       lost=st.sampled_from([None, "p1", "p3"]), widened=st.booleans(),
+       standbys=st.sampled_from([0, 1, 2]), data=st.data())
 def test_lineage_stickiness_and_lags_follow_their_definitions(
     before: int, after: int, reporting: str, lost: str | None, widened: bool,
-    data: st.DataObject
+    standbys: int, data: st.DataObject
 ) -> None:
     previous = generate_job_model(1, INPUTS, GroupByPartition(), before, PROCS,
-                                  stateful=True).job_model
+                                  stateful=True,
+                                  params=AssignmentParams(num_standbys=standbys)).job_model
     new = generate_job_model(2, WIDER if widened else INPUTS, GroupByPartition(), after,
                              PROCS, previous=previous, stateful=True).job_model
     names = sorted({*previous.active_tasks(), *new.active_tasks(), "Partition 9"})
     reports: dict[str, dict[str, int]] = {pid: {} for pid in PROCS}
-    if reporting == "own":  # each processor reports some of the tasks it ran: fast path
+    if reporting == "own":  # each processor reports some of the copies it held: fast path
         for pid, container in previous.containers.items():
-            for name in container.tasks:
+            for copy in container.tasks:
+                standby = parse_standby_task_name(copy)
+                name = standby[0] if standby else copy
                 if data.draw(st.booleans(), label=f"{pid} reports {name}"):
                     reports[pid][name] = data.draw(lag_values)
     elif reporting == "exclusive":  # each task reported by at most one processor
