@@ -54,7 +54,7 @@ class PreviousAssignment:
         containers: Mapping[str, ContainerModel] | None = None,
     ) -> None:
         self.factor = factor
-        #: partition group -> its previous active tasks and their processors, by key bucket
+        #: partition group -> its previous tasks and the processors holding copies of them
         self.by_group: Mapping[PartitionGroup, GroupHistory] = by_group or {}
         #: partition group -> the (smallest) changelog partition its tasks used
         self.changelog_by_group: Mapping[PartitionGroup, int] = changelog_by_group or {}
@@ -104,7 +104,7 @@ class PreviousAssignment:
         return self._tasks
 
     def history_of(self, group: PartitionGroup) -> GroupHistory:
-        """The previous active tasks of one partition group and their processors."""
+        """The previous tasks of one partition group and the processors holding copies."""
         return self.by_group.get(group, NO_HISTORY)
 
     def lineage_in(self, history: GroupHistory, bucket: int, factor: int) -> tuple[str, ...]:
