@@ -142,6 +142,7 @@ class Fleet:
     def settle(self, timeout_s: float = 60) -> dict[str, Any]:
         """Ack every version until the latest model holds every worker and is done."""
         deadline = time.monotonic() + timeout_s
+        model: dict[str, Any] = {}
         while time.monotonic() < deadline:
             model = self.model()
             if set(model["containers"]) == set(self.ids):
@@ -152,4 +153,13 @@ class Fleet:
                               json={"processorId": pid})
                 continue
             time.sleep(0.1)
-        raise AssertionError("the fleet did not settle on one done job model")
+        raise AssertionError(
+            "the fleet did not settle on one done job model; last seen: version "
+            f"{model.get('version')}, processors {sorted(model.get('containers', {}))}, "
+            f"barrier {model.get('barrier')}; heartbeat errors {self.errors[-3:]}, "
+            f"lost leases {self.lost_leases}\n{self.log_tails()}")
+
+    def log_tails(self, lines: int = 40) -> str:
+        """The last lines of every replica's log, for a failure message."""
+        return "\n".join(f"--- {server.url} ---\n" + "\n".join(server.log().splitlines()[-lines:])
+                         for server in self.servers)
