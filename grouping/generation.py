@@ -80,7 +80,7 @@ def _same_tasks(
     grouped = {s for group in index.by_group for s in group}
     if grouped != {s.whole() for s in inputs}:
         return None
-    return sorted((t for history in index.by_group.values() for t in history.tasks.values()),
+    return sorted((t for c in previous.containers.values() for t in c.active_tasks),
                   key=attrgetter("name"))
 
 

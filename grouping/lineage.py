@@ -4,8 +4,9 @@ A task of the new model descends from the previous model's tasks whose key space
 its own within the same partition group: the task itself (nothing changed), its parent
 after a split (F doubled), or its children after a merge (F halved); a task of a group the
 previous model did not have (say, a stream was added to the job) descends from the previous
-task of the same name, if any. Stickiness, locality and lag all follow this lineage, so a
-split child prefers its parent's processor.
+task of the same name, if any; so does a task of a group its tasks do not split by key
+bucket (AllSspToSingleTask gives every task every SSP). Stickiness, locality and lag all
+follow this lineage, so a split child prefers its parent's processor.
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def _index(previous: JobModel) -> PreviousAssignment:
     tasks: dict[int, TaskModel] = {}
     owners: dict[int, str] = {}
     standbys: dict[int, list[str]] = {}
+    actives = 0
     for pid, container in previous.containers.items():
         last_group: object = None
         for task in container.tasks.values():
@@ -167,10 +169,27 @@ def _index(previous: JobModel) -> PreviousAssignment:
             if task.mode is active:
                 tasks[bucket] = task
                 owners[bucket] = pid
+                actives += 1
             else:  # a standby or warm-up copy: same SSPs, so same group and bucket
                 standbys.setdefault(bucket, []).append(pid)
+    if actives != sum(len(history.tasks) for history in by_group.values()):
+        _drop_shared_groups(previous, by_group)
     factor = previous.config.get("elasticityFactor")
     if factor is None:
         factor = elasticity_factor_of(
             t for c in previous.containers.values() for t in c.active_tasks)
     return PreviousAssignment(int(factor), by_group, changelog, previous.containers)
+
+
+def _drop_shared_groups(previous: JobModel,
+                        by_group: dict[PartitionGroup, GroupHistory]) -> None:
+    """Forget the history of partition groups whose tasks do not split them by key bucket
+    (several active tasks read the same SSPs, as AllSspToSingleTask makes): key space
+    says nothing there, so their tasks follow lineage by name."""
+    seen: dict[PartitionGroup, int] = {}
+    for container in previous.containers.values():
+        for task in container.active_tasks:
+            seen[task.partition_group] = seen.get(task.partition_group, 0) + 1
+    for group, count in seen.items():
+        if count != len(by_group[group].tasks):
+            by_group[group] = NO_HISTORY

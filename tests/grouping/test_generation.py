@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grouping.generation import generate_job_model
 from grouping.groupers import AllSspToSingleTask, GroupByPartition
+from grouping.lineage import PreviousAssignment
 from grouping.measures import balance, moved_tasks
 from grouping.model import SSP
 
@@ -31,6 +32,20 @@ def test_all_ssp_to_single_task_pins_one_task_per_processor() -> None:
     model = generate_job_model(1, INPUTS, AllSspToSingleTask(), 1, PROCESSORS).job_model
     assert {pid: list(c.tasks) for pid, c in model.containers.items()} == {
         "w1": ["Task-w1"], "w2": ["Task-w2"]}
+
+
+def test_tasks_sharing_their_ssps_follow_lineage_by_name() -> None:
+    # AllSspToSingleTask's tasks all read every SSP: no key space tells them apart
+    first = generate_job_model(1, INPUTS, AllSspToSingleTask(), 1, PROCESSORS).job_model
+    more = {**PROCESSORS, "w3": "host-c"}
+    second = generate_job_model(2, INPUTS, AllSspToSingleTask(), 1, more,
+                                previous=first).job_model
+    index = PreviousAssignment.of(first)
+    for task in second.active_tasks().values():
+        expected = (task.name,) if task.name in first.active_tasks() else ()
+        assert index.lineage(task, 1) == expected
+    assert moved_tasks(first, second) == 1  # only the new processor's new task
+    assert second.active_owner() == {"Task-w1": "w1", "Task-w2": "w2", "Task-w3": "w3"}
 
 
 def test_partition_expansion_keeps_old_tasks_in_place() -> None:
