@@ -356,22 +356,15 @@ class _World:
         or by task name when its group is new."""
         history = self.histories[self.group[u]]
         owners, standbys = history.owners, history.standbys
-        bucket = max(self.tasks[u].key_bucket, 0)
-        prev_factor = self.prev.factor
-        if prev_factor <= self.factor:
-            parent = bucket & (prev_factor - 1)
-            if parent in owners:
-                return [owners[parent]], standbys.get(parent, [])
-        else:
-            owner_pids: list[str] = []
-            standby_pids: list[str] = []
-            for child in range(bucket, prev_factor, self.factor):
-                pid = owners.get(child)
-                if pid is not None:
-                    owner_pids.append(pid)
-                    standby_pids += standbys.get(child, ())
-            if owner_pids:
-                return owner_pids, standby_pids
+        owner_pids: list[str] = []
+        standby_pids: list[str] = []
+        for b in self.prev.overlapping_buckets(self.tasks[u].key_bucket, self.factor):
+            pid = owners.get(b)
+            if pid is not None:
+                owner_pids.append(pid)
+                standby_pids += standbys.get(b, ())
+        if owner_pids:
+            return owner_pids, standby_pids
         by_name = self.prev.owner
         names = [name for name in self.lineage[u] if name in by_name]
         return ([by_name[name] for name in names],

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 from grouping.assignment import AssignmentParams, AssignmentResult, assign_tasks
@@ -80,8 +79,8 @@ def _same_tasks(
     grouped = {s for group in index.by_group for s in group}
     if grouped != {s.whole() for s in inputs}:
         return None
-    return sorted((t for c in previous.containers.values() for t in c.active_tasks),
-                  key=attrgetter("name"))
+    # in container order: the assignment sorts its tasks by name itself
+    return [t for c in previous.containers.values() for t in c.active_tasks]
 
 
 def _generate(

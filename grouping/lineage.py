@@ -108,15 +108,21 @@ class PreviousAssignment:
         """The previous tasks of one partition group and the processors holding copies."""
         return self.by_group.get(group, NO_HISTORY)
 
-    def lineage_in(self, history: GroupHistory, bucket: int, factor: int) -> tuple[str, ...]:
-        """Previous tasks (of one group's ``history``) overlapping ``bucket`` under ``factor``."""
-        tasks = history.tasks
+    def overlapping_buckets(self, bucket: int, factor: int) -> range:
+        """The previous model's key buckets overlapping ``bucket`` under ``factor``: the
+        parent's after a split (or the bucket itself), the children's after a merge."""
         bucket = max(bucket, 0)
         prev_factor = self.factor
         if prev_factor <= factor:
-            parent = tasks.get(bucket & (prev_factor - 1))
-            return () if parent is None else (parent.name,)
-        return tuple(tasks[b].name for b in range(bucket, prev_factor, factor) if b in tasks)
+            parent = bucket & (prev_factor - 1)
+            return range(parent, parent + 1)
+        return range(bucket, prev_factor, factor)
+
+    def lineage_in(self, history: GroupHistory, bucket: int, factor: int) -> tuple[str, ...]:
+        """Previous tasks (of one group's ``history``) overlapping ``bucket`` under ``factor``."""
+        tasks = history.tasks
+        return tuple(tasks[b].name for b in self.overlapping_buckets(bucket, factor)
+                     if b in tasks)
 
     def lineage(self, task: TaskModel, factor: int) -> tuple[str, ...]:
         """Names of the previous active tasks ``task`` descends from.

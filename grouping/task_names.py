@@ -55,8 +55,7 @@ def standby_task_name(active_task_name: str, replica: int) -> str:
 
 def parse_standby_task_name(name: str) -> tuple[str, int] | None:
     """(active task name, replica) for a standby copy's name, else None."""
-    # string operations rather than _STANDBY.match: indexing a job model with 100k
-    # standby copies parses every name
+    # string operations rather than a regex: `.` would not match a newline in a name
     if not name.startswith(_STANDBY_PREFIX):
         return None
     active, dash, replica = name[len(_STANDBY_PREFIX):].rpartition("-")
