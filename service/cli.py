@@ -180,17 +180,20 @@ def _dev_up(args: argparse.Namespace) -> None:
     from service.local.kafka import LocalKafka
     from service.local.zookeeper import ZooKeeperEnsemble
 
+    # Installed before anything starts: a SIGTERM that arrives while the servers start (or
+    # just after the banner) must still stop them, not kill this process and orphan them.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("starting ZooKeeper (Debian package) and Kafka (KRaft, jars from Maven Central; "
           "the first start downloads them)...", flush=True)
     zk = ZooKeeperEnsemble.start(1, client_port=args.zk_port)
     kafka: LocalKafka | None = None
     try:
-        kafka = LocalKafka.create(port=args.kafka_port).start()
+        kafka = LocalKafka.create(port=args.kafka_port)
+        kafka.start()  # assigned first, so an interrupted start is stopped below
         print(f"ZooKeeper: {zk.connect_string}\nKafka:     {kafka.bootstrap}\n\n"
               "try: coxswain serve --zk " f"{zk.connect_string} --kafka-bootstrap "
               f"{kafka.bootstrap} --input kafka.orders\n(Ctrl-C stops both)", flush=True)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
             while not stop.wait(1.0):
                 if not kafka.running:

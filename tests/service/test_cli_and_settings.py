@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.barrier import Barrier, BarrierState
+from service.local.ports import free_port
 from service.logs import JsonFormatter
 from service.settings import Settings, SettingsError, parse_input
 from tests.service.conftest import StartServer
@@ -114,18 +117,26 @@ def test_barrier_state_machine() -> None:
     assert Barrier.from_bytes(done.to_bytes()) == done
 
 
-def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
-    import signal
-    import socket
-    import subprocess
-
-    from service.local.ports import free_port
-
-    zk_port, kafka_port = free_port(), free_port()
-    proc = subprocess.Popen(
+def _dev_up(zk_port: int, kafka_port: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "dev", "up", "--zk-port", str(zk_port),
          "--kafka-port", str(kafka_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
+
+
+def _assert_closed(*ports: int) -> None:
+    for port in ports:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except OSError:
+            continue
+        pytest.fail(f"port {port} still answers after `coxswain dev up` exited: a server it "
+                    "started outlived it")
+
+
+def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
+    zk_port, kafka_port = free_port(), free_port()
+    proc = _dev_up(zk_port, kafka_port)
     lines = []
     try:
         assert proc.stdout is not None
@@ -137,8 +148,24 @@ def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
         for port in (zk_port, kafka_port):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
+        # at once after the banner: CI once caught the command between printing it and
+        # installing its SIGTERM handler, which killed it and left both servers running
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    for port in (zk_port, kafka_port):
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        proc.wait(90)
+    assert proc.returncode == 0
+    _assert_closed(zk_port, kafka_port)
+
+
+def test_dev_up_stopped_while_starting_stops_what_it_started() -> None:
+    zk_port, kafka_port = free_port(), free_port()
+    proc = _dev_up(zk_port, kafka_port)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("starting ZooKeeper"), first
+    finally:
+        proc.send_signal(signal.SIGTERM)  # while ZooKeeper and Kafka start
+        out, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, out
+    assert "stopping..." in out, out
+    _assert_closed(zk_port, kafka_port)
