@@ -151,6 +151,11 @@ class Coordinator:
         self._model_cache: dict[int, JobModel] = {}
         self._known_locality: dict[str, str] = {}
         self._pending_reasons: set[str] = set()
+        # The processors this replica last reacted to. A heartbeat, poll or commit that
+        # reaches this replica reads the lease of a processor another replica registered
+        # into the cache; comparing the cache with this set (not with the cache before a
+        # sweep) is what still turns that processor into a join.
+        self._members_seen: frozenset[str] = frozenset()
         self._probing_wanted = False
         self.last_rebalance: RebalanceRecord | None = None
         self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
@@ -167,6 +172,7 @@ class Coordinator:
         self._scheduler = Scheduler()
         self._loop = asyncio.get_running_loop()
         await self._io(self._load)
+        self._membership_news()
         self._observer.processors_changed(len(self.membership.live()))
         self._schedule_sweep()
         def watch() -> None:
@@ -389,6 +395,7 @@ class Coordinator:
             lease, created = await self._io(
                 lambda: self.membership.register(processor_id, location_id, host))
         if created:
+            self._membership_news()
             self._observer.processors_changed(len(self.membership.live()))
             self._trigger("join")
         return lease, created
@@ -407,6 +414,7 @@ class Coordinator:
         async with self._lock:
             left = await self._io(lambda: self.membership.leave(processor_id))
         if left:
+            self._membership_news()
             self._observer.processors_changed(len(self.membership.live()))
             self._trigger("leave")
         return left
@@ -417,9 +425,7 @@ class Coordinator:
         through other replicas."""
         try:
             async with self._lock:
-                before = set(self.membership.live())
                 await self._io(self.membership.load)
-                after = set(self.membership.live())
                 expired: list[str] = []
                 # a new leader grants a full TTL first: see _take_lead
                 if self._leader.is_leader() and \
@@ -427,20 +433,29 @@ class Coordinator:
                     expired = self.membership.expired()
                     if expired:
                         await self._io(lambda: self.membership.remove(expired))
-            if before != after or expired:
+                joined, left = self._membership_news()
+            if joined or left:
                 self._observer.processors_changed(len(self.membership.live()))
             if expired:
                 log.info("leases expired: %s", ", ".join(expired),
                          extra={"reason": "lease_expired"})
                 self._trigger("lease_expired")
-            elif after - before:
+            elif joined:
                 self._trigger("join")
-            elif before - after:
+            elif left:
                 self._trigger("leave")
         except CoordinatorError as e:
             log.warning("lease sweep skipped: %s", e)
         finally:
             self._schedule_sweep()
+
+    def _membership_news(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Processors that joined and left since this replica last reacted to its
+        membership, whatever brought them into or out of its cache."""
+        live = frozenset(self.membership.live())
+        joined, left = live - self._members_seen, self._members_seen - live
+        self._members_seen = live
+        return joined, left
 
     def _schedule_sweep(self) -> None:
         # Refresh at most once a second (a sweep reads every lease), but on the leader
@@ -672,6 +687,7 @@ class Coordinator:
             self._barrier = timed_out
             silent = sorted(timed_out.silent)
             await self._io(lambda: self.membership.remove(silent))
+            self._membership_news()
             self._observer.barrier_ended(timed_out.state.value, self.config.barrier_timeout_s)
             self._observer.processors_changed(len(self.membership.live()))
             log.warning("barrier of version %d timed out; dropping silent processors: %s",

@@ -106,6 +106,31 @@ def test_a_paused_leader_cannot_publish_after_it_was_replaced(
         assert st["latestVersion"] == final["version"]
 
 
+def test_processors_registered_on_a_follower_join_when_the_leader_hears_them_first(
+    tmp_path: Path, zookeeper: ZooKeeperEnsemble
+) -> None:
+    with replicas(tmp_path, zookeeper.connect_string, 2, *FAST) as servers:
+        leader = servers[index_of(wait_leader(servers))]
+        follower = servers[1 - servers.index(leader)]
+        fleet = Fleet([leader], 1)
+        fleet.register_all()
+        first = fleet.settle()
+        # each registers through the follower, and its first heartbeat reaches the leader
+        # before the leader's sweep would have read the new lease (behind a load balancer
+        # this is the usual order); the leader must still see a join
+        for pid in ("w01", "w02", "w03"):
+            r = httpx.post(f"{follower.url}/processors",
+                           json={"processorId": pid, "locationId": "host-1"}, timeout=5)
+            assert r.status_code == 201, r.text
+            beat = httpx.post(f"{leader.url}/processors/{pid}/heartbeat", json={}, timeout=5)
+            assert beat.status_code == 200, beat.text
+            fleet.ids.append(pid)
+        with fleet.heartbeating(0.3):
+            joined = fleet.settle(timeout_s=20)
+        assert joined["version"] > first["version"]
+        assert fleet.lost_leases == []
+
+
 def test_zookeeper_down_read_only_then_recovers(tmp_path: Path) -> None:
     zk = ZooKeeperEnsemble.start(1)
     try:
