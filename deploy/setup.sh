@@ -1,28 +1,54 @@
 #!/usr/bin/env bash
-# Install what Coxswain and its test suite need: Python packages into .venv and, for the
-# tests, Debian's PostgreSQL server binaries (started by the tests themselves).
+# Install what Coxswain and its test suite need: Python packages into a virtual environment
+# (.venv, or $COXSWAIN_VENV) and, for the tests, the Debian packages of the services they
+# start themselves.
 #
 #   ./deploy/setup.sh          # runtime only (the embedded default needs nothing else)
 #   ./deploy/setup.sh --dev    # + dev tools and the services the tests start
+#
+# pip runs only when pyproject.toml, the Python or the install kind changed since the last
+# install into that environment (a stamp file in it records them, as a build tool would):
+# the install is editable, so source changes need no reinstall and a restart serves in
+# seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
+VENV=${COXSWAIN_VENV:-.venv}
 "$PYTHON" - <<'PY'
 import sys
 if sys.version_info < (3, 11):
     sys.exit(f"Coxswain needs Python >= 3.11, this is {sys.version.split()[0]}")
 PY
 
-if [ ! -x .venv/bin/python ]; then
-    echo "==> creating .venv" >&2
-    "$PYTHON" -m venv .venv
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating $VENV" >&2
+    "$PYTHON" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
+
+# what an install depends on; a dev install also satisfies a runtime one
+fingerprint() {
+    { cat pyproject.toml; "$VENV/bin/python" -VV; echo "$1"; } | sha256sum | cut -d' ' -f1
+}
+install() {  # $1: runtime | dev
+    local spec=. stamp="$VENV/.coxswain-install-$1"
+    [ "$1" = dev ] && spec='.[dev]'
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(fingerprint "$1")" ]; then
+        echo "==> coxswain ($1) in $VENV is up to date with pyproject.toml" >&2
+        return
+    fi
+    echo "==> installing coxswain ($1) into $VENV (pip; skipped next time unless" \
+         "pyproject.toml changes)" >&2
+    rm -f "$stamp"
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
+    # -qq: errors only; setuptools' advisory banner about editable installs of a flat
+    # layout (folders named like the packages, which is this project's layout) is noise here
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$spec"
+    fingerprint "$1" > "$stamp"
+}
 
 if [ "${1:-}" = "--dev" ]; then
-    echo "==> installing coxswain with its dev tools into .venv" >&2
-    .venv/bin/python -m pip install --quiet -e '.[dev]'
+    install dev
     # Debian packages of the services the tests start themselves (and wrk for bench/api.py)
     missing=()
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
@@ -38,10 +64,13 @@ if [ "${1:-}" = "--dev" ]; then
     fi
     # the Kafka broker's jars from Maven Central, once (cached under .cache/, git-ignored)
     echo "==> Kafka broker jars (deploy/local/kafka/pom.xml)" >&2
-    .venv/bin/python -c "from service.local.kafka import fetch_jars; print(fetch_jars())" >&2
+    "$VENV/bin/python" -c "from service.local.kafka import fetch_jars; print(fetch_jars())" >&2
     echo "==> Spark Kafka connector jars (deploy/local/spark/pom.xml)" >&2
-    .venv/bin/python -c "from worker.jars import connector_jars; print(connector_jars()[0].parent)" >&2
+    "$VENV/bin/python" -c \
+        "from worker.jars import connector_jars; print(connector_jars()[0].parent)" >&2
+elif [ -f "$VENV/.coxswain-install-dev" ] \
+        && [ "$(cat "$VENV/.coxswain-install-dev")" = "$(fingerprint dev)" ]; then
+    echo "==> coxswain (dev) in $VENV is up to date with pyproject.toml" >&2
 else
-    echo "==> installing coxswain into .venv" >&2
-    .venv/bin/python -m pip install --quiet -e .
+    install runtime
 fi

@@ -27,6 +27,7 @@ from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
 from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
 from service.database import make_engine, upgrade
+from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
 from service.metrics import Metrics
 from service.poll_shortcut import PollShortcut
@@ -164,9 +165,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         version="1",
         description="Job coordinator for elastic stream processing on PySpark.",
         lifespan=lifespan,
+        docs_url=None,  # service.docs serves them from packaged assets
+        redoc_url=None,
     )
     app.state.settings = settings
     install_error_handlers(app)
+    install_docs(app)
     for module in (health, processors, jobmodel, checkpoints, scale, status):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

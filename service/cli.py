@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from service.local.orders import EXAMPLE_TOPICS
 from service.settings import Settings, SettingsError
 
 SUPPRESS = argparse.SUPPRESS
@@ -178,6 +179,7 @@ def _scale(args: argparse.Namespace) -> None:
 
 def _dev_up(args: argparse.Namespace) -> None:
     from service.local.kafka import LocalKafka
+    from service.local.orders import create_topics
     from service.local.zookeeper import ZooKeeperEnsemble
 
     # Installed before anything starts: a SIGTERM that arrives while the servers start (or
@@ -191,9 +193,17 @@ def _dev_up(args: argparse.Namespace) -> None:
     try:
         kafka = LocalKafka.create(port=args.kafka_port)
         kafka.start()  # assigned first, so an interrupted start is stopped below
-        print(f"ZooKeeper: {zk.connect_string}\nKafka:     {kafka.bootstrap}\n\n"
-              "try: coxswain serve --zk " f"{zk.connect_string} --kafka-bootstrap "
-              f"{kafka.bootstrap} --input kafka.orders\n(Ctrl-C stops both)", flush=True)
+        created = create_topics(kafka.bootstrap, args.topics)
+        topics = ", ".join(f"{name} ({n} partitions{'' if name in created else ', existed'})"
+                           for name, n in args.topics)
+        print(f"ZooKeeper: {zk.connect_string}\nKafka:     {kafka.bootstrap}\n"
+              f"topics:    {topics}\n\ntry, each in its own terminal:\n"
+              f"  coxswain serve --zk {zk.connect_string} --kafka-bootstrap {kafka.bootstrap}"
+              f" --input kafka.orders\n"
+              f"  coxswain dev produce --kafka-bootstrap {kafka.bootstrap}\n"
+              f"  coxswain worker --kafka-bootstrap {kafka.bootstrap} "
+              "--app examples.word_count_batch:process_batch\n"
+              "(Ctrl-C stops both servers)", flush=True)
         try:
             while not stop.wait(1.0):
                 if not kafka.running:
@@ -206,6 +216,21 @@ def _dev_up(args: argparse.Namespace) -> None:
         if kafka is not None:
             kafka.destroy()
         zk.stop()
+
+
+def _dev_produce(args: argparse.Namespace) -> None:
+    from service.local.orders import produce_orders
+
+    if args.rate <= 0 or args.keys < 1 or (args.count is not None and args.count < 1):
+        raise SystemExit("coxswain: --rate, --keys and --count must be positive")
+    stop = threading.Event()  # Ctrl-C and SIGTERM end it after a flush: nothing half-sent
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"producing orders of {args.keys} customers into {args.topic} at {args.rate:g}/s "
+          f"({'until Ctrl-C' if args.count is None else f'{args.count} in all'})", flush=True)
+    sent = produce_orders(args.kafka_bootstrap, args.topic, args.rate, args.keys,
+                          lambda: not stop.is_set(), count=args.count)
+    print(f"produced {sent} orders", flush=True)
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -246,7 +271,8 @@ def _worker(args: argparse.Namespace) -> None:
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
-        token=args.token, spark_master=args.spark_master,
+        token=args.token or os.environ.get("COXSWAIN_WORKER_TOKEN"),
+        spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
         output_topic=args.output_topic)
@@ -267,9 +293,24 @@ def _worker(args: argparse.Namespace) -> None:
         stop_spark(spark)
 
 
+def plain(text: str) -> str:
+    """Docstring markup (RST double backticks) out of text meant for a terminal."""
+    return text.replace("``", "")
+
+
+def _topic(spec: str) -> tuple[str, int]:
+    from service.local.orders import parse_topic
+
+    try:
+        return parse_topic(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``coxswain``."""
-    p = argparse.ArgumentParser(prog="coxswain", description=__doc__.splitlines()[0])
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="coxswain", description=plain(__doc__.splitlines()[0]))
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run a coordinator", argument_default=SUPPRESS)
@@ -287,36 +328,80 @@ def parser() -> argparse.ArgumentParser:
 
     for name, func, help_ in (("status", _status, "show the coordinator's status"),
                               ("processors", _processors, "list registered processors")):
-        c = sub.add_parser(name, help=help_)
+        c = sub.add_parser(name, help=help_, description=help_)
         c.add_argument("--json", action="store_true", help="print the raw JSON")
         c.set_defaults(func=func)
-    scale = sub.add_parser("scale", help="set the elasticity factor")
-    scale.add_argument("factor", type=int)
+    scale = sub.add_parser("scale", help="set the elasticity factor",
+                           description="set the elasticity factor (a power of two)")
+    scale.add_argument("factor", type=int, help="key buckets per input partition")
     scale.set_defaults(func=_scale)
-    w = sub.add_parser("worker", help="run a PySpark worker (one processor)")
+    for name in ("status", "processors", "scale"):
+        c = sub.choices[name]
+        c.add_argument("--url", default=os.environ.get("COXSWAIN_URL", "http://127.0.0.1:8080"),
+                       help="the coordinator (default $COXSWAIN_URL or %(default)s)")
+        c.add_argument("--token", default=os.environ.get("COXSWAIN_TOKEN"),
+                       help="bearer token, admin token for scale (default $COXSWAIN_TOKEN)")
+        c.set_defaults(client=True)
+
+    w = sub.add_parser("worker", help="run a PySpark worker (one processor)",
+                       description="run a PySpark worker (one processor)",
+                       formatter_class=defaults)
     w.add_argument("--coordinator", default=os.environ.get("COXSWAIN_URL",
-                                                           "http://127.0.0.1:8080"))
+                                                           "http://127.0.0.1:8080"),
+                   help="the coordinator's URL ($COXSWAIN_URL)")
     w.add_argument("--app", required=True, help="module:function: process_batch(df, ctx), "
                    "or process_task(ctx, rows) with --api task")
-    w.add_argument("--api", choices=["batch", "task"], default="batch")
+    w.add_argument("--api", choices=["batch", "task"], default="batch",
+                   help="batch: one DataFrame per micro-batch; task: pandas rows per "
+                        "virtual task, in offset order")
     w.add_argument("--output-topic", help="Kafka topic for the rows process_task returns")
-    w.add_argument("--kafka-bootstrap", default="127.0.0.1:9092")
-    w.add_argument("--processor-id")
-    w.add_argument("--location", help="location id (default: the hostname)")
-    w.add_argument("--token", default=os.environ.get("COXSWAIN_WORKER_TOKEN"))
-    w.add_argument("--spark-master", default="local[2]")
-    w.add_argument("--max-offsets-per-trigger", type=int)
-    w.add_argument("--max-commit-delay-ms", type=int, default=60_000)
-    w.add_argument("--log-level", default="INFO")
+    w.add_argument("--kafka-bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap")
+    w.add_argument("--processor-id", help="this processor's id (default: assigned by the "
+                   "coordinator)")
+    w.add_argument("--location", help="location id for host affinity (default: the hostname)")
+    # not shown as a default: a token does not belong in --help output
+    w.add_argument("--token", default=None, help="worker bearer token (default "
+                   "$COXSWAIN_WORKER_TOKEN)")
+    w.add_argument("--spark-master", default="local[2]", help="Spark master URL")
+    w.add_argument("--max-offsets-per-trigger", type=int,
+                   help="Kafka records per micro-batch (default: no limit)")
+    w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
+                   help="longest a batch's checkpoint commit may lag behind it")
+    w.add_argument("--log-level", default="INFO", help="DEBUG | INFO | WARNING")
     w.set_defaults(func=_worker)
-    dev = sub.add_parser("dev", help="local services for trying the full system")
-    dev.add_argument("action", choices=["up"], help="start ZooKeeper and Kafka until Ctrl-C")
-    dev.add_argument("--zk-port", type=int, default=2181)
-    dev.add_argument("--kafka-port", type=int, default=9092)
-    dev.set_defaults(func=_dev_up)
+
+    dev = sub.add_parser("dev", help="local services for trying the full system",
+                         description="local services for trying the full system")
+    dev_sub = dev.add_subparsers(dest="action", required=True)
+    up = dev_sub.add_parser(
+        "up", formatter_class=defaults, help="start ZooKeeper and Kafka until Ctrl-C",
+        description="Start a ZooKeeper server and a Kafka broker (KRaft) on this machine and "
+                    "create the examples' topics; Ctrl-C or SIGTERM stops both.")
+    up.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper client port")
+    up.add_argument("--kafka-port", type=int, default=9092, help="Kafka listener port")
+    up.add_argument("--topic", dest="topics", type=_topic, action="append",
+                    metavar="NAME[:PARTITIONS]",
+                    help="a topic to create, repeatable (default: "
+                         + ", ".join(f"{n}:{c}" for n, c in EXAMPLE_TOPICS) + ")")
+    up.set_defaults(func=_dev_up)
+    produce = dev_sub.add_parser(
+        "produce", formatter_class=defaults, help="produce keyed example orders",
+        description="Produce orders keyed by customer (JSON values with a per-customer "
+                    "sequence number) until Ctrl-C or --count.")
+    produce.add_argument("--kafka-bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap")
+    produce.add_argument("--topic", default="orders", help="topic to produce into")
+    produce.add_argument("--rate", type=float, default=50.0, help="orders per second")
+    produce.add_argument("--keys", type=int, default=100, help="distinct customers")
+    produce.add_argument("--count", type=int, help="stop after this many (default: never)")
+    produce.set_defaults(func=_dev_produce)
+
     demo = sub.add_parser(
-        "demo", help="Kafka, a coordinator and two Spark workers on this machine, scaling "
-                     "1 -> 4 -> 2 while orders flow; a live table; everything stopped after")
+        "demo", formatter_class=defaults,
+        help="Kafka, a coordinator and two Spark workers on this machine, scaling "
+             "1 -> 4 -> 2 while orders flow; a live table; everything stopped after",
+        description="Kafka, a coordinator and Spark workers on this machine, scaling while "
+                    "orders flow, with a live table and a loss and order check; everything "
+                    "it starts is stopped after.")
     demo.add_argument("--partitions", type=int, default=4, help="input topic partitions")
     demo.add_argument("--keys", type=int, default=2000, help="distinct customers (keys)")
     demo.add_argument("--rate", type=int, default=200, help="orders produced per second")
@@ -324,20 +409,20 @@ def parser() -> argparse.ArgumentParser:
                       help="elasticity factors to go through, in order")
     demo.add_argument("--stage-seconds", type=float, default=30.0,
                       help="how long each factor runs")
-    demo.add_argument("--workers", type=int, default=2)
+    demo.add_argument("--workers", type=int, default=2, help="Spark workers (processors)")
     demo.add_argument("--spark-master", default="local[2]", help="each worker's master")
     demo.set_defaults(func=_demo)
-    for name in ("status", "processors", "scale"):
-        c = sub.choices[name]
-        c.add_argument("--url", default=os.environ.get("COXSWAIN_URL", "http://127.0.0.1:8080"))
-        c.add_argument("--token", default=os.environ.get("COXSWAIN_TOKEN"),
-                       help="bearer token (admin token for scale)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``coxswain`` command."""
     args = parser().parse_args(argv)
+    if getattr(args, "action", None) == "up" and args.topics is None:
+        args.topics = list(EXAMPLE_TOPICS)
+    if getattr(args, "client", False):
+        # a client's output piped into `head`: end quietly as Unix tools do, no traceback
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args.func(args)
     sys.exit(0)
 

@@ -11,7 +11,6 @@ at the end, on Ctrl-C, or on SIGTERM.
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import signal
 import subprocess
@@ -19,18 +18,16 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka import Consumer, TopicPartition
 
 from service.local.kafka import LocalKafka
+from service.local.orders import create_topics, produce_orders
 from service.local.ports import free_port, stop_process, wait_until_answering
 
 INPUT_TOPIC = "demo-orders"
@@ -122,7 +119,7 @@ class Demo:
         self.produced = 0
         self.check = OrderCheck()
         self._check_lock = threading.Lock()
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}  # by name, in start order
         self._events: list[str] = []
         self._started = time.monotonic()
 
@@ -162,11 +159,12 @@ class Demo:
             self._say("stopping workers, coordinator and Kafka...")
             # workers first, all at once, while the coordinator still takes their leave;
             # then the coordinator (the first process started)
-            workers = self._procs[1:]
+            started = list(self._procs.values())
+            workers = started[1:]
             for proc in workers:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
-            for proc in [*workers, *self._procs[:1]]:
+            for proc in [*workers, *started[:1]]:
                 stop_process(proc, grace_s=30)
             for t in threads:
                 t.join(15)
@@ -180,10 +178,13 @@ class Demo:
         return 0 if ok else 1
 
     def _script(self, api: httpx.Client) -> bool:
-        if not self._wait_until("workers starting (Spark, then the first job model)",
-                                api, self.plan.start_timeout_s,
-                                lambda s: self.check.distinct > 0
-                                and len(s.get("processors", [])) == self.plan.workers):
+        if not self._wait_until(
+                "workers starting (Spark, then the first job model)", api,
+                self.plan.start_timeout_s,
+                lambda s: self.check.distinct > 0
+                and len(s.get("processors", [])) == self.plan.workers,
+                expected=f"{self.plan.workers} processors registered and a first order "
+                         "processed"):
             return False
         for factor in self.plan.factors:
             if factor != api.get("/status").json().get("elasticityFactor"):
@@ -201,7 +202,8 @@ class Demo:
             return False
         produced = self.produced
         self._wait_until("producer stopped: draining", api, self.plan.drain_timeout_s,
-                         lambda s: self.check.distinct >= produced)
+                         lambda s: self.check.distinct >= produced,
+                         expected=f"all {produced:,} orders processed")
         with self._check_lock:
             distinct, dup, bad = self.check.distinct, self.check.duplicates, self.check.violations
         self._say(f"\nproduced {produced:,} orders; processed {distinct:,} distinct "
@@ -212,7 +214,10 @@ class Demo:
         return ok
 
     def _wait_until(self, stage: str, api: httpx.Client, timeout_s: float,
-                    done: Callable[[dict[str, Any]], bool]) -> bool:
+                    done: Callable[[dict[str, Any]], bool], expected: str | None = None) -> bool:
+        """Redraw the table until ``done(status)``; False at the deadline (a failure,
+        explained, when ``expected`` says what was awaited) or when a process it started
+        exits."""
         deadline = time.monotonic() + timeout_s
         while not self._stop.is_set():
             try:
@@ -226,29 +231,50 @@ class Demo:
             if done(status):
                 return True
             if time.monotonic() >= deadline:
+                if expected is not None:
+                    self._timed_out(stage, timeout_s, expected, status)
                 return False
-            for proc in self._procs:
+            for name, proc in self._procs.items():
                 if proc.poll() is not None:
-                    self._say(f"a process it started exited early (pid {proc.pid}); see the "
-                              f"logs in {self.work_dir}")
+                    self._say(f"{name} (pid {proc.pid}) exited early with status "
+                              f"{proc.returncode} during '{stage}'")
+                    self._say(self._log_tail(name))
                     return False
             self._stop.wait(min(self.plan.refresh_s, max(0.0, deadline - time.monotonic())))
         return False
 
+    def _timed_out(self, stage: str, timeout_s: float, expected: str,
+                   status: dict[str, Any]) -> None:
+        procs = [p.get("processorId") for p in status.get("processors", [])]
+        with self._check_lock:
+            processed = self.check.distinct
+        self._say(f"gave up waiting for '{stage}' after {timeout_s:.0f}s: expected "
+                  f"{expected}; saw processors {procs or 'none'}, {processed:,} orders "
+                  f"processed of {self.produced:,} produced, job model version "
+                  f"{status.get('latestVersion')} (barrier {status.get('barrier')})"
+                  + (f", status error {status['error']}" if "error" in status else ""))
+        for name in self._procs:
+            self._say(self._log_tail(name))
+
+    def _log_tail(self, name: str, lines: int = 8) -> str:
+        path = self.work_dir / f"{name}.log"
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError as e:
+            return f"log of {name}: {path} unreadable ({e})"
+        body = "".join(f"\n    {line}" for line in tail) or "\n    (empty)"
+        return f"last lines of {path}:{body}"
+
     # -- processes
 
     def _topics(self, bootstrap: str) -> None:
-        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-        futures = admin.create_topics([NewTopic(INPUT_TOPIC, self.plan.partitions, 1),
-                                       NewTopic(OUTPUT_TOPIC, 1, 1)])
-        for f in futures.values():
-            f.result(60)
+        create_topics(bootstrap, [(INPUT_TOPIC, self.plan.partitions), (OUTPUT_TOPIC, 1)])
 
     def _spawn(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
         log = (self.work_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", *args],
                                 stdout=log, stderr=subprocess.STDOUT)
-        self._procs.append(proc)
+        self._procs[name] = proc
         self._say(f"started pid {proc.pid}: {name}")
         return proc
 
@@ -275,26 +301,9 @@ class Demo:
     # -- data
 
     def _produce(self, bootstrap: str) -> None:
-        # Java's partitioner: librdkafka's default (CRC-32) would tie partition to key
-        # bucket, leaving most buckets of each partition empty
-        producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
-                             "linger.ms": 20, "log_level": 2})
-        rng = random.Random(7)
-        seq: dict[str, int] = {}
-        tick = 0.05
-        next_at = time.monotonic()
-        while not self._stop.is_set() and self._producing.is_set():
-            for _ in range(max(1, round(self.plan.rate * tick))):
-                key = f"customer-{rng.randrange(self.plan.keys)}"
-                n = seq.get(key, 0)
-                seq[key] = n + 1
-                producer.produce(INPUT_TOPIC, key=key.encode(),
-                                 value=json.dumps({"seq": n, "id": uuid.uuid4().hex}).encode(),
-                                 on_delivery=self._delivered)
-            producer.poll(0)
-            next_at += tick
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        producer.flush(30)
+        produce_orders(bootstrap, INPUT_TOPIC, self.plan.rate, self.plan.keys,
+                       lambda: not self._stop.is_set() and self._producing.is_set(),
+                       on_delivery=self._delivered)
         self._produced_all.set()
 
     def _delivered(self, error: object, _msg: object) -> None:

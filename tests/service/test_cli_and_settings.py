@@ -8,7 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from service.local.ports import free_port
 from service.logs import JsonFormatter
 from service.settings import Settings, SettingsError, parse_input
 from tests.service.conftest import StartServer
+from tests.service.server import Server
 from tests.service.workers import SimWorker, wait_for_version
 
 
@@ -134,7 +137,7 @@ def _assert_closed(*ports: int) -> None:
                     "started outlived it")
 
 
-def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
+def test_dev_up_starts_zookeeper_and_kafka_and_stops_them(tmp_path: Path) -> None:
     zk_port, kafka_port = free_port(), free_port()
     proc = _dev_up(zk_port, kafka_port)
     lines = []
@@ -142,11 +145,14 @@ def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("Kafka:"):
+            if line.startswith("(Ctrl-C"):
                 break
-        assert f"ZooKeeper: 127.0.0.1:{zk_port}" in "".join(lines), lines
+        banner = "".join(lines)
+        assert f"ZooKeeper: 127.0.0.1:{zk_port}" in banner, lines
+        assert "orders (8 partitions)" in banner, lines
         for port in (zk_port, kafka_port):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        _try_what_it_suggests(banner, tmp_path)
     finally:
         # at once after the banner: CI once caught the command between printing it and
         # installing its SIGTERM handler, which killed it and left both servers running
@@ -154,6 +160,35 @@ def test_dev_up_starts_zookeeper_and_kafka_and_stops_them() -> None:
         proc.wait(90)
     assert proc.returncode == 0
     _assert_closed(zk_port, kafka_port)
+
+
+def _try_what_it_suggests(banner: str, tmp_path: Path) -> None:
+    """The commands `dev up` prints work as printed: the coordinator finds the example
+    topic, and the producer writes into it."""
+    suggested = [line.split()[1:] for line in banner.splitlines()
+                 if line.startswith("  coxswain ")]
+    serve = next(args for args in suggested if args[0] == "serve")
+    produce = next(args for args in suggested if args[:2] == ["dev", "produce"])
+    server = Server(tmp_path, [*serve[1:], "--debounce-ms", "50"]).start()
+    try:
+        with server.client() as c:
+            c.post("/processors", json={"processorId": "w1", "locationId": "a"})
+            since, containers = 0, dict[str, Any]()
+            deadline = time.monotonic() + 30
+            while not containers.get("w1", {}).get("tasks") and time.monotonic() < deadline:
+                # a first version may precede the registration or the partitions' discovery
+                c.post("/processors/w1/heartbeat", json={})
+                model = c.get("/jobmodel", params={"processorId": "w1", "since": since,
+                                                   "waitMs": 1000})
+                if model.status_code == 200:
+                    since, containers = model.json()["version"], model.json()["containers"]
+            assert len(containers.get("w1", {}).get("tasks", {})) == 8, (containers,
+                                                                         server.log())
+    finally:
+        server.stop()
+    produced = cli(*produce, "--count", "20", "--rate", "200")
+    assert produced.returncode == 0, produced.stderr
+    assert "produced 20 orders" in produced.stdout
 
 
 def test_dev_up_stopped_while_starting_stops_what_it_started() -> None:

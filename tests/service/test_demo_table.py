@@ -1,6 +1,11 @@
-"""The demo's pure parts: the per-key order check and the live table."""
+"""The demo's parts: the per-key order check, the live table, a start-up wait's report."""
 
-from service.demo import OrderCheck, render
+import io
+import subprocess
+from pathlib import Path
+
+from service.demo import Demo, DemoPlan, OrderCheck, render
+from tests.service.conftest import StartServer
 
 
 def test_order_check_counts_duplicates_and_violations_per_key() -> None:
@@ -31,3 +36,26 @@ def test_table_shows_processors_tasks_lag_and_throughput() -> None:
                                 "LAG", "ON", "VERSION"]
     assert table[5].split() == ["worker-1", "host-1", "8", "812", "0.51", "15", "5"]
     assert table[6].split() == ["worker-2", "host-2", "8", "0", "0.00", "0", "-"]
+
+
+def test_a_start_up_wait_that_times_out_says_which_what_it_saw_and_where_the_logs_are(
+    start_server: StartServer, tmp_path: Path,
+) -> None:
+    server = start_server("--input", "kafka.orders:2")
+    out = io.StringIO()
+    demo = Demo(DemoPlan(workers=2), out=out, work_dir=tmp_path)
+    (tmp_path / "worker-1.log").write_text("starting Spark\njava.net.BindException: boom\n")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    demo._procs["worker-1"] = sleeper  # a started process that is still running
+    try:
+        with server.client() as api:
+            assert not demo._wait_until("workers starting", api, 0.2, lambda s: False,
+                                        expected="2 processors registered")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    said = out.getvalue()
+    assert "gave up waiting for 'workers starting' after 0s" in said
+    assert "expected 2 processors registered; saw processors none" in said
+    assert f"last lines of {tmp_path / 'worker-1.log'}" in said
+    assert "java.net.BindException: boom" in said

@@ -1,0 +1,159 @@
+"""Proves the README's command 1 as a new user meets it: ``./deploy/run.sh`` in a clean
+virtual environment with only the runtime install (no dev extras) serves the coordinator.
+
+    python3 deploy/smoke_run.py
+
+Standard library only (it runs before anything is installed). Steps: a new virtual
+environment under ``.cache/smoke-venv``; ``deploy/run.sh`` started in the background on a
+free port with a scratch data dir; ``/healthz``, a registration, a heartbeat and the
+processor's first job model (long poll) answered; the server stopped by pid (SIGTERM, it
+must exit by itself). Then a second start, which must skip the install (the stamp) and
+serve again. Exits non-zero with the server's output when any step fails. ``.ci/run``
+runs it before the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".cache" / "smoke-venv"
+INSTALL_TIMEOUT_S = 900.0  # pip with a cold cache on a slow link; the process is watched too
+STOP_TIMEOUT_S = 20.0
+
+
+class SmokeFailed(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def call(url: str, method: str = "GET", body: object = None,
+         timeout: float = 30.0) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+class Server:
+    """``deploy/run.sh`` in the background; its output goes to a log file."""
+
+    def __init__(self, port: int, data_dir: Path, log: Path) -> None:
+        self.port = port
+        self.log = log
+        env = {**os.environ, "COXSWAIN_VENV": str(VENV)}
+        with log.open("wb") as out:
+            # run.sh execs `coxswain serve`: this pid is the server's own
+            self.proc = subprocess.Popen(
+                ["./deploy/run.sh", "--port", str(port), "--data-dir", str(data_dir)],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_serving(self, timeout_s: float) -> float:
+        """Seconds until ``/healthz`` answered; fails when the process exits first."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if self.proc.poll() is not None:
+                raise SmokeFailed(f"run.sh exited with {self.proc.returncode} before serving")
+            try:
+                status, body = call(f"{self.url}/healthz", timeout=2)
+                if status == 200 and body == {"status": "ok"}:
+                    return time.monotonic() - started
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.5)
+        raise SmokeFailed(f"/healthz did not answer within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise SmokeFailed(f"the server ignored SIGTERM for {STOP_TIMEOUT_S:.0f}s") from None
+
+
+def first_run(server: Server) -> None:
+    took = server.wait_serving(INSTALL_TIMEOUT_S)
+    print(f"smoke: install + start served /healthz after {took:.0f}s", flush=True)
+    status, body = call(f"{server.url}/processors", "POST",
+                        {"processorId": "smoke-1", "locationId": "host-a"})
+    if status != 201:
+        raise SmokeFailed(f"registration answered {status}: {body}")
+    status, body = call(f"{server.url}/processors/smoke-1/heartbeat", "POST", {})
+    if status != 200:
+        raise SmokeFailed(f"heartbeat answered {status}: {body}")
+    status, body = call(f"{server.url}/jobmodel?processorId=smoke-1&since=0&waitMs=15000")
+    containers = body.get("containers", {}) if isinstance(body, dict) else {}
+    if status != 200 or "smoke-1" not in containers:
+        raise SmokeFailed(f"the first job model did not include smoke-1: {status} {body}")
+    tasks = len(containers["smoke-1"].get("tasks", {}))
+    print(f"smoke: registered, heartbeat, job model version {body['version']} with "
+          f"{tasks} tasks for smoke-1", flush=True)
+
+
+def main() -> int:
+    shutil.rmtree(VENV, ignore_errors=True)  # clean: only what run.sh installs
+    work = Path(tempfile.mkdtemp(prefix="coxswain-smoke-"))
+    servers: list[Server] = []
+    try:
+        server = Server(free_port(), work / "data", work / "first.log")
+        servers.append(server)
+        first_run(server)
+        server.stop()
+        print("smoke: stopped by pid", flush=True)
+        again = Server(free_port(), work / "data", work / "second.log")
+        servers.append(again)
+        took = again.wait_serving(120)
+        if "installing coxswain" in again.output():
+            raise SmokeFailed("the second start ran pip again although nothing changed")
+        again.stop()
+        print(f"smoke: restart skipped the install and served after {took:.1f}s", flush=True)
+        return 0
+    except SmokeFailed as e:
+        for s in servers:
+            print(f"--- output of {s.log.name} ---\n{s.output()[-6000:]}", file=sys.stderr)
+        print(f"smoke: FAILED: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

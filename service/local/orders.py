@@ -1,0 +1,93 @@
+"""Example data for trying Coxswain locally: the topics the examples read and write, and a
+keyed producer of orders (``{"seq": n, "id": ...}`` per customer key, ``seq`` counting that
+customer's orders from 0, so a reader can check per-key order)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+# what `coxswain dev up` creates: the examples' input and the enrich example's output
+EXAMPLE_TOPICS: tuple[tuple[str, int], ...] = (("orders", 8), ("orders-enriched", 8))
+
+
+def parse_topic(spec: str) -> tuple[str, int]:
+    """``NAME:PARTITIONS`` (or ``NAME``, one partition) as a pair; ValueError when bad."""
+    name, _, count = spec.partition(":")
+    if not name or (count and not count.isdigit()) or (count and int(count) < 1):
+        raise ValueError(f"a topic is NAME or NAME:PARTITIONS (PARTITIONS >= 1), got {spec!r}")
+    return name, int(count) if count else 1
+
+
+def create_topics(bootstrap: str, topics: Sequence[tuple[str, int]],
+                  timeout_s: float = 60.0) -> list[str]:
+    """Create ``(name, partitions)`` topics (replication 1); existing ones are kept as they
+    are. Returns the names created now."""
+    # imported here: the CLI imports this module for its constants and stays quick to start
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    futures = admin.create_topics([NewTopic(name, n, 1) for name, n in topics])
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout_s)
+            created.append(name)
+        except Exception as e:  # confluent_kafka raises KafkaException wrapping the code
+            error = e.args[0] if e.args else None
+            if not (isinstance(error, KafkaError)
+                    and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
+    # The controller has them once the futures resolve, but the broker's metadata may lag:
+    # a coordinator started right after would see the topic missing and only look again
+    # at its next partition poll (30 s later).
+    deadline = time.monotonic() + timeout_s
+    while True:
+        known = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        if all(name in known and len(known[name].partitions) >= n for name, n in topics):
+            return created
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"topics {[name for name, _ in topics]} not in the broker's "
+                               f"metadata within {timeout_s:.0f}s")
+        time.sleep(0.1)
+
+
+def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
+                   keep_going: Callable[[], bool],
+                   on_delivery: Callable[[object, object], None] | None = None,
+                   count: int | None = None, seed: int = 7) -> int:
+    """Produce keyed orders at ``rate`` per second over ``keys`` customers while
+    ``keep_going()`` (and until ``count`` when given); flush and return how many were
+    handed to the producer. Java's partitioner (murmur2): librdkafka's default (CRC-32)
+    would tie partition to key bucket, leaving most buckets of each partition empty."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "linger.ms": 20, "log_level": 2})
+    rng = random.Random(seed)
+    seq: dict[str, int] = {}
+    tick = 0.05
+    next_at = time.monotonic()
+    sent = 0
+    while keep_going() and (count is None or sent < count):
+        burst = max(1, round(rate * tick))
+        if count is not None:
+            burst = min(burst, count - sent)
+        for _ in range(burst):
+            key = f"customer-{rng.randrange(keys)}"
+            n = seq.get(key, 0)
+            seq[key] = n + 1
+            producer.produce(topic, key=key.encode(),
+                             value=json.dumps({"seq": n, "id": uuid.uuid4().hex}).encode(),
+                             on_delivery=on_delivery)
+            sent += 1
+        producer.poll(0)
+        next_at += tick
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    producer.flush(30)
+    return sent
