@@ -47,13 +47,19 @@ def commit_index(tasks: Iterable[TaskModel], factor: int) -> dict[str, dict[SspK
     }
 
 
+TaskPosition = list[tuple[EntryKey, int]]
+"""The offsets a task's checkpoint names, per key space."""
+
+
 @dataclass(frozen=True, slots=True)
 class CommitBatch:
     """What one commit writes: entry rows sorted by key (a fixed lock order for the
-    database) and the v2 metadata of the tasks that sent any."""
+    database), the v2 metadata of the tasks that sent any, and the offsets that metadata
+    belongs to (it is written only while those offsets are the stored ones)."""
 
     rows: list[EntryRow]
     task_meta: dict[str, TaskCheckpointMeta]
+    positions: dict[str, TaskPosition]
 
 
 def build_commit(checkpoints: Mapping[str, Mapping[str, Any]], index: CommitIndex) -> CommitBatch:
@@ -65,11 +71,13 @@ def build_commit(checkpoints: Mapping[str, Mapping[str, Any]], index: CommitInde
     """
     rows: list[EntryRow] = []
     meta: dict[str, TaskCheckpointMeta] = {}
+    positions: dict[str, TaskPosition] = {}
     for name, cp in checkpoints.items():
         allowed = index[name]
         raw_id = cp.get("checkpointId")
         checkpoint_id = None if raw_id is None else str(CheckpointId.parse(raw_id))
         seen: set[SspKey] = set()
+        position: TaskPosition = []
         for entry in cp["inputOffsets"]:
             s = entry["ssp"]
             ssp_key = (s["system"], s["stream"], s["partition"], s.get("keyBucket", -1))
@@ -84,11 +92,17 @@ def build_commit(checkpoints: Mapping[str, Mapping[str, Any]], index: CommitInde
             except CheckpointFormatError as e:
                 raise CheckpointFormatError(f"task {name!r}, {_describe(ssp_key)}: {e}") from e
             rows.append((*key, offset, checkpoint_id))
+            position.append((key, offset))
         markers = cp.get("stateCheckpointMarkers")
         if checkpoint_id is not None or markers:
+            if not position:
+                # nothing to order it by: a snapshot without offsets could pair with any
+                raise CheckpointError(f"task {name!r}: a checkpoint id or state checkpoint "
+                                      "markers need the task's input offsets")
             meta[name] = TaskCheckpointMeta(checkpoint_id, markers or {})
+            positions[name] = position
     rows.sort()
-    return CommitBatch(rows, meta)
+    return CommitBatch(rows, meta, positions)
 
 
 def _describe(key: SspKey) -> str:

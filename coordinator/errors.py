@@ -49,3 +49,10 @@ class StoreUnavailable(CoordinatorError):
     """The metadata or checkpoint store cannot be reached."""
 
     code = "store_unavailable"
+
+
+class LeaseContended(CoordinatorError):
+    """A lease could not be renewed because its record kept changing under concurrent
+    writes (or this replica's writes are refused): retry, the processor is not gone."""
+
+    code = "lease_contended"

@@ -5,15 +5,20 @@ Layout (namespaces of the MetadataStore):
 * ``jobModelVersion/latest``: the newest published version;
 * ``jobModelVersion/active``: the newest version whose barrier completed.
 
-Publishing claims the version's body key with compare-and-set (it must not exist) and then
-moves ``latest`` with compare-and-set on its store version, so two publishers can never
-both publish a version, and versions only go up.
+Publishing writes the version's body (and, through ``before_pointer``, its barrier) and
+then moves ``latest`` with compare-and-set on its store version, checked against the
+leader's epoch: two publishers can never both publish a version, and versions only go up.
+Moving the pointer is the one step that publishes, so a crash at any point leaves either
+a complete publication or none: a body or barrier written for a version the pointer never
+reached is an orphan nobody reads, and the next publication of that version overwrites it
+(under the same epoch fence, so a deposed leader cannot).
 """
 
 from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 
 from coordinator.store.metadata import Fence, MetadataStore
 from grouping.model import JobModel
@@ -42,18 +47,29 @@ class JobModelRepository:
         return int(json.loads(found.value)), found.version
 
     def publish(self, model: JobModel, pointer_version: int | None,
-                fence: Fence | None = None) -> bool:
+                fence: Fence | None = None,
+                before_pointer: Callable[[], None] | None = None) -> bool:
         """Store ``model`` and make it the latest, if nobody published since the caller read
         the pointer at ``pointer_version`` (None: no model yet) and ``fence`` (the leader's
-        epoch) still holds. False when fenced."""
-        body = zlib.compress(job_model_to_bytes(model), 6)
-        if self._store.compare_and_set(MODELS, _key(model.version), body, None) is None:
+        epoch) still holds. ``before_pointer`` writes what must exist once the version is
+        visible (its barrier). False when fenced."""
+        latest = self.latest()
+        if (latest[1] if latest is not None else None) != pointer_version:
+            return False  # someone published since the caller read the pointer
+        if latest is not None and model.version <= latest[0]:
             return False
+        body = zlib.compress(job_model_to_bytes(model), 6)
+        orphan = self._store.get(MODELS, _key(model.version))
+        if self._store.compare_and_set(MODELS, _key(model.version), body,
+                                       None if orphan is None else orphan.version,
+                                       fence) is None:
+            return False
+        if before_pointer is not None:
+            before_pointer()
         moved = self._store.compare_and_set(
             VERSIONS, "latest", json.dumps(model.version).encode(), pointer_version, fence)
         if moved is None:
-            self._store.delete(MODELS, _key(model.version))
-            return False
+            return False  # the body stays an orphan until this version is published
         self._prune(model.version)
         return True
 

@@ -37,6 +37,7 @@ from coordinator.errors import (
     Fenced,
     NotAParticipant,
     NotLeader,
+    StoreUnavailable,
     UnknownJobModelVersion,
 )
 from coordinator.job_models import VERSIONS, JobModelRepository
@@ -162,6 +163,7 @@ class Coordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._lead_since = clock.now()
+        self._store_lost_at: float | None = None  # when a sweep first found the store down
         self._desired_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -209,6 +211,7 @@ class Coordinator:
 
     async def _lead_start(self) -> None:
         await self._refresh()
+        await self._recover_barrier()
         barrier = self._barrier
         if barrier is not None and barrier.state is BarrierState.PENDING:
             left = barrier.started_at + self.config.barrier_timeout_s - self._clock.now()
@@ -217,6 +220,33 @@ class Coordinator:
         if self._needs_regeneration(self._latest):
             self._trigger("start" if self._latest is None else "leader_elected",
                           debounce=False)
+
+    async def _recover_barrier(self) -> None:
+        """A version published without its barrier record (by a version of Coxswain that
+        wrote it after the pointer, and crashed in between) would never complete nor time
+        out: give it a pending barrier from now, so that acks and the timeout work."""
+        async with self._lock:
+            latest = self._latest
+            if latest is None or self._barrier is not None:
+                return
+            stored = await self._io(lambda: self._barriers.load(latest.version))
+            if stored is None:
+                now = self._clock.now()
+                stored = Barrier(latest.version, BarrierState.PENDING,
+                                 frozenset(latest.containers), frozenset(), now)
+                if not stored.participants:
+                    stored = Barrier(latest.version, BarrierState.DONE, frozenset(),
+                                     frozenset(), now, now)
+                log.warning("version %d had no barrier record: recovered as %s",
+                            latest.version, stored.state.value,
+                            extra={"version": latest.version})
+                await self._io(lambda: self._barriers.save(stored))
+                await self._io(lambda: self._store.watch(
+                    BARRIERS, f"{latest.version:020d}", self._barrier_watch(latest.version)))
+            self._barrier = stored
+            if stored.state is BarrierState.DONE and (
+                    self._active is None or self._active.version < latest.version):
+                await self._barrier_done(stored)
 
     def _give_up_lead(self) -> None:
         log.warning("no longer the leader: timers stopped", extra={"reason": "leader_lost"})
@@ -426,6 +456,15 @@ class Coordinator:
         try:
             async with self._lock:
                 await self._io(self.membership.load)
+                if self._store_lost_at is not None:
+                    # Heartbeats could not be written while the store was unreachable: as
+                    # after a handover, every lease gets a full TTL from now before any
+                    # expires, so an outage costs no live worker its tasks.
+                    log.warning("store reachable again after %.1fs: every lease renewed "
+                                "for a full TTL", self._clock.now() - self._store_lost_at,
+                                extra={"reason": "store_recovered"})
+                    self._store_lost_at = None
+                    self._lead_since = self._clock.now()
                 expired: list[str] = []
                 # a new leader grants a full TTL first: see _take_lead
                 if self._leader.is_leader() and \
@@ -444,6 +483,10 @@ class Coordinator:
                 self._trigger("join")
             elif left:
                 self._trigger("leave")
+        except StoreUnavailable as e:
+            if self._store_lost_at is None:
+                self._store_lost_at = self._clock.now()
+                log.warning("lease sweep skipped, store unreachable: %s", e)
         except CoordinatorError as e:
             log.warning("lease sweep skipped: %s", e)
         finally:
@@ -582,7 +625,15 @@ class Coordinator:
                         version, reason, extra={"reason": reason, "version": version})
             return None
         fence = self._leader.fence()
-        published = await self._io(lambda: self._models.publish(model, self._pointer, fence))
+        now = self._clock.now()
+        barrier = Barrier(version, BarrierState.PENDING, frozenset(model.containers),
+                          frozenset(), now)
+        if not barrier.participants:
+            barrier = Barrier(version, BarrierState.DONE, frozenset(), frozenset(), now, now)
+        # the barrier exists before the pointer makes the version visible: an ack can never
+        # find a published version without one
+        published = await self._io(lambda: self._models.publish(
+            model, self._pointer, fence, before_pointer=lambda: self._barriers.save(barrier)))
         if not published:
             log.error("version %d (%s) refused by the store: another leader published first "
                       "or this replica's epoch %d is stale; reloading", version, reason,
@@ -591,14 +642,8 @@ class Coordinator:
             self._notify()
             raise Fenced(f"job model version {version} was fenced by a newer publication")
         self._pointer = (self._pointer or 0) + 1
-        now = self._clock.now()
-        barrier = Barrier(version, BarrierState.PENDING, frozenset(model.containers),
-                          frozenset(), now)
-        if not barrier.participants:
-            barrier = Barrier(version, BarrierState.DONE, frozenset(), frozenset(), now, now)
         self._latest, self._barrier = model, barrier
         self._model_cache[version] = model
-        await self._io(lambda: self._barriers.save(barrier))
         await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
                                                  self._barrier_watch(version)))
         self.last_rebalance = RebalanceRecord(version, reason, now, seconds)
@@ -713,8 +758,9 @@ class Coordinator:
         self, processor_id: str, version: int, task_names: Sequence[str]
     ) -> JobModel:
         """Refuse (Fenced) unless ``processor_id`` owns every task as active in the active
-        job model, and also did in ``version`` when that is older. Returns the model
-        of ``version``."""
+        job model and owned it in every version from ``version`` on (a commit tagged with
+        an older version is stale when the task was elsewhere in between: another
+        processor has worked on it since). Returns the model of ``version``."""
         active = self._active
         if active is None or version > active.version:
             # Another replica may have completed the barrier a moment ago (its watch
@@ -732,15 +778,21 @@ class Coordinator:
                              f"active in the active job model (version {active.version})")
         if version == active.version:
             return active
-        model = await self.model(version)
-        if model is None:
-            raise Fenced(f"version {version} is stale and no longer known")
-        owner = _owners(model)
-        for name in task_names:
-            if owner.get(name) != processor_id:
-                raise Fenced(f"version {version} is stale: processor {processor_id!r} did not "
-                             f"own task {name!r} in it")
-        return model
+        tagged: JobModel | None = None
+        for v in range(active.version - 1, version - 1, -1):  # newest first: fails sooner
+            model = await self.model(v)
+            if model is None:
+                raise Fenced(f"version {version} is stale and no longer known"
+                             if v == version else
+                             f"version {version} is stale: version {v} is no longer known")
+            owner = _owners(model)
+            for name in task_names:
+                if owner.get(name) != processor_id:
+                    raise Fenced(f"version {version} is stale: processor {processor_id!r} "
+                                 f"did not own task {name!r} in version {v}")
+            tagged = model
+        assert tagged is not None
+        return tagged
 
     # ------------------------------------------------------------------ helpers
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.clock import Clock
-from coordinator.errors import ProcessorConflict, UnknownProcessor
+from coordinator.errors import LeaseContended, ProcessorConflict, UnknownProcessor
 from coordinator.store.metadata import MetadataStore
 
 NAMESPACE = "processors"
@@ -136,14 +136,19 @@ class Membership:
     ) -> ProcessorLease:
         """Renew a lease and record lags and stats.
 
+        A lease ends when the leader expires it (it removes the record), not when its
+        stored expiry passes: heartbeats missed while the store or the leader was
+        unreachable (an outage, a restart of the coordinator) must not cost a live worker
+        its lease, so a heartbeat renews any lease still stored. The compare-and-set
+        keeps a lease the leader removed meanwhile from coming back.
+
         Raises:
-            UnknownProcessor: not registered, or the lease already expired.
+            UnknownProcessor: not registered, or the leader expired or removed it.
         """
         for _ in range(5):
             now = self._clock.now()
             stored = self._read(processor_id)
-            if stored is None or stored[0].expires_at <= now:
-                self._leases.pop(processor_id, None)
+            if stored is None:
                 raise UnknownProcessor(
                     f"processor {processor_id!r} is not registered or its lease expired; "
                     "register again")
@@ -154,19 +159,21 @@ class Membership:
                 stats=current.stats if stats is None else dict(stats))
             if self._write(lease, version):
                 return lease
-        raise UnknownProcessor(f"processor {processor_id!r}: lease kept changing; register again")
+        # other replicas kept writing this lease (or the leader removed it): not proof
+        # that the processor is gone, so the worker is told to retry, not to stop
+        raise LeaseContended(f"processor {processor_id!r}: its lease kept changing under "
+                             "concurrent writes; retry the heartbeat")
 
     def require(self, processor_id: str) -> ProcessorLease:
-        """The live lease of ``processor_id``, or UnknownProcessor (the store is asked
-        when this replica's cache does not know the processor or thinks it expired)."""
-        now = self._clock.now()
+        """The lease of ``processor_id``, or UnknownProcessor (the store is asked when this
+        replica's cache does not know the processor). As for heartbeats, a lease holds
+        until the leader removes it."""
         lease = self._leases.get(processor_id)
-        if lease is None or lease.expires_at <= now:
+        if lease is None:
             stored = self._read(processor_id)
-            lease = stored[0] if stored is not None else None
-            if lease is None or lease.expires_at <= now:
+            if stored is None:
                 raise UnknownProcessor(f"processor {processor_id!r} is not registered")
-            self._leases[processor_id] = lease
+            lease = stored[0]
         return lease
 
     def leave(self, processor_id: str) -> bool:

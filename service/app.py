@@ -24,6 +24,7 @@ from coordinator.store.kafka import KafkaMetadataStore
 from coordinator.store.metadata import MetadataStore
 from coordinator.store.sql import SqlMetadataStore
 from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
+from coordinator.store_lock import StoreLock, sqlite_database
 from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
 from service.database import make_engine, upgrade
@@ -66,6 +67,17 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
         keep_job_models=settings.keep_job_models,
         reset_policy=settings.reset_policy,
     )
+
+
+def store_lock(settings: Settings) -> StoreLock | None:
+    """The lock that makes an embedded coordinator the only one on its SQLite store (the
+    embedded mode has no election: two processes on one store would both lead). None when
+    another mode elects or fences (ZooKeeper, the coordinator stream) or the store is not
+    a SQLite file."""
+    database = sqlite_database(settings.store_url())
+    if settings.metadata_backend() != "sql" or database is None:
+        return None
+    return StoreLock(database)
 
 
 def partition_monitor(settings: Settings, coordinator: Coordinator) -> PartitionMonitor | None:

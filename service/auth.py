@@ -44,7 +44,7 @@ def _check(request: Request, admin_only: bool) -> None:
                    "this token may not call this route" if admin_only else "invalid token")
 
 
-async def token_allowed(settings: Settings, authorization: bytes | None) -> bool:
+def token_allowed(settings: Settings, authorization: bytes | None) -> bool:
     """True when an ``Authorization`` header value may call worker routes."""
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
     worker = settings.worker_token.get_secret_value() if settings.worker_token else None

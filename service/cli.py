@@ -91,7 +91,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from service.app import create_app
+    from coordinator.store_lock import StoreLocked
+    from service.app import create_app, store_lock
     from service.logs import configure
 
     settings = _settings(args)
@@ -99,6 +100,12 @@ def _serve(args: argparse.Namespace) -> None:
         settings.check_bind_is_safe()
     except SettingsError as e:
         raise SystemExit(f"coxswain: {e}") from None
+    lock = store_lock(settings)
+    if lock is not None:
+        try:
+            lock.acquire()  # held until this process exits
+        except StoreLocked as e:
+            raise SystemExit(f"coxswain: {e}") from None
     configure(settings.log_json, settings.log_level)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
                 log_config=None, timeout_graceful_shutdown=5)

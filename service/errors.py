@@ -23,6 +23,7 @@ STATUS_BY_CODE = {
     "fenced": 409,
     "not_leader": 503,
     "store_unavailable": 503,
+    "lease_contended": 503,
     "invalid_elasticity_factor": 422,
     "unsupported_grouper_configuration": 422,
     "invalid_checkpoint": 400,

@@ -186,10 +186,13 @@ def inline_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
 
 
 class CommitResponse(Response):
-    """How many bucket entries a commit wrote and how many moved forward."""
+    """How many bucket entries a commit wrote and how many moved forward; the tasks whose
+    checkpoint id and state markers were not written because a newer checkpoint of theirs
+    is stored (a late commit)."""
 
     committed: int
     advanced: int
+    stale_tasks: list[str] = Field(default_factory=list)
 
 
 class ResetRequest(Request):

@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
-from checkpoint.commit import EntryRow
+from checkpoint.commit import EntryKey, EntryRow, TaskPosition, bucket_key
 from checkpoint.errors import CheckpointError
 from checkpoint.model import BucketKey, ResetPolicy, TaskCheckpointMeta
 from checkpoint.resolution import dominated
@@ -94,10 +94,13 @@ class CheckpointStoreUnavailable(CheckpointError):
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    """How many entries a commit moved forward (the rest were already at or past it)."""
+    """How many entries a commit moved forward (the rest were already at or past it), and
+    the tasks whose v2 metadata was not written because a newer checkpoint of theirs is
+    stored (a late commit)."""
 
     advanced: int
     unchanged: int
+    stale_tasks: tuple[str, ...] = ()
 
 
 class SqlCheckpointStore:
@@ -154,36 +157,49 @@ class SqlCheckpointStore:
         processor_id: str,
         checkpoint_ids: Mapping[BucketKey, str | None] | None = None,
     ) -> CommitResult:
-        """Write a commit in one transaction; an entry only ever moves forward."""
+        """Write a commit in one transaction; an entry only ever moves forward. The
+        metadata of each task in ``task_meta`` belongs to all of ``entries`` (a commit of
+        one task; the service's commits name each task's own entries, see ``write``)."""
         ids = checkpoint_ids or {}
         rows: list[EntryRow] = sorted(
             (k.ssp.system, k.ssp.stream, k.ssp.partition, k.factor, k.bucket, o, ids.get(k))
             for k, o in entries.items())
-        return self.write(rows, task_meta, job_model_version=job_model_version,
-                          processor_id=processor_id)
+        position: TaskPosition = [(row[:5], row[5]) for row in rows]
+        return self.write(rows, task_meta, {name: position for name in task_meta},
+                          job_model_version=job_model_version, processor_id=processor_id)
 
     def write(
         self,
         rows: Sequence[EntryRow],
         task_meta: Mapping[str, TaskCheckpointMeta],
+        positions: Mapping[str, TaskPosition],
         *,
         job_model_version: int,
         processor_id: str,
     ) -> CommitResult:
         """``commit`` for rows already checked by ``checkpoint.commit.build_commit`` (one
-        row per key space, sorted by key)."""
+        row per key space, sorted by key).
+
+        A task's v2 metadata (checkpoint id, state checkpoint markers) is written only when,
+        after this commit's entries, the stored offsets of its ``positions`` are exactly the
+        ones it names: a late commit (offsets behind the stored ones) must not pair an older
+        snapshot with newer offsets. Both are judged and written in one transaction; the
+        entries' row locks (PostgreSQL) or the write lock (SQLite) order it against a
+        concurrent commit of the same task."""
         now = time.time()
-        meta_rows = [
-            {"task_name": name, "checkpoint_id": m.checkpoint_id,
-             "state_checkpoint_markers": json.dumps(
-                 {b: dict(s) for b, s in m.state_checkpoint_markers.items()}, sort_keys=True),
-             "job_model_version": job_model_version, "processor_id": processor_id,
-             "updated_at": now}
-            for name, m in sorted(task_meta.items())
-        ]
         with self._begin() as conn:
             advanced = (self._upsert_monotonic(conn, rows, job_model_version, processor_id, now)
                         if rows else 0)
+            current, stale = self._at_head(conn, task_meta, positions)
+            meta_rows = [
+                {"task_name": name, "checkpoint_id": m.checkpoint_id,
+                 "state_checkpoint_markers": json.dumps(
+                     {b: dict(s) for b, s in m.state_checkpoint_markers.items()},
+                     sort_keys=True),
+                 "job_model_version": job_model_version, "processor_id": processor_id,
+                 "updated_at": now}
+                for name, m in sorted(current.items())
+            ]
             if meta_rows:
                 t2 = task_checkpoints
                 stmt2 = self._insert(t2)
@@ -194,7 +210,29 @@ class SqlCheckpointStore:
                         "processor_id", "updated_at")},
                 )
                 conn.execute(stmt2, meta_rows)
-        return CommitResult(advanced, len(rows) - advanced)
+        return CommitResult(advanced, len(rows) - advanced, stale)
+
+    def _at_head(
+        self, conn: Connection, task_meta: Mapping[str, TaskCheckpointMeta],
+        positions: Mapping[str, TaskPosition],
+    ) -> tuple[dict[str, TaskCheckpointMeta], tuple[str, ...]]:
+        """The metadata whose task's offsets are the stored ones, and the stale tasks."""
+        if not task_meta:
+            return {}, ()
+        missing = [name for name in task_meta if not positions.get(name)]
+        if missing:
+            raise CheckpointError(f"v2 metadata of {missing} comes without input offsets")
+        keys: dict[EntryKey, BucketKey] = {key: bucket_key(key) for name in task_meta
+                                           for key, _ in positions[name]}
+        stored = self._offsets(conn, keys.values())
+        current: dict[str, TaskCheckpointMeta] = {}
+        stale: list[str] = []
+        for name, meta in task_meta.items():
+            if all(stored.get(keys[key]) == offset for key, offset in positions[name]):
+                current[name] = meta
+            else:
+                stale.append(name)
+        return current, tuple(sorted(stale))
 
     def reset(self, partition: SystemStreamPartition, offset: int | ResetPolicy) -> None:
         """Forget every entry of ``partition`` and start it at ``offset`` (admin only:

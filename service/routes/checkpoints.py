@@ -4,6 +4,7 @@ monotonic), reset (admin)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Annotated, Any
 
@@ -32,6 +33,7 @@ from service.schemas import (
     inline_schema,
 )
 
+log = logging.getLogger("coxswain.checkpoints")
 router = APIRouter(tags=["checkpoints"])
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 Store = Annotated[SqlCheckpointStore, Depends(deps.checkpoint_store)]
@@ -124,11 +126,16 @@ async def commit_checkpoints(
                        lambda m: commit_index(_tasks_of(m).values(), m.elasticity_factor))
     batch = build_commit(body["checkpoints"], index)
     result = await asyncio.to_thread(
-        store.write, batch.rows, batch.task_meta, job_model_version=version,
-        processor_id=processor_id)
+        store.write, batch.rows, batch.task_meta, batch.positions,
+        job_model_version=version, processor_id=processor_id)
+    if result.stale_tasks:
+        log.info("late commit of %s by %s (version %d): a newer checkpoint is stored; "
+                 "their checkpoint ids and state markers were not written",
+                 list(result.stale_tasks), processor_id, version)
     metrics.checkpoint_commits.inc()
     metrics.checkpoint_buckets.inc(len(batch.rows))
-    return CommitResponse(committed=len(batch.rows), advanced=result.advanced)
+    return CommitResponse(committed=len(batch.rows), advanced=result.advanced,
+                          stale_tasks=list(result.stale_tasks))
 
 
 @router.post("/checkpoints/reset", dependencies=[Depends(require_admin)],

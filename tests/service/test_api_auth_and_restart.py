@@ -88,3 +88,19 @@ def test_server_helper_stops_by_pid(tmp_path: Path) -> None:
     server.stop()
     assert server.proc is not None and server.proc.poll() is not None
     assert pid > 0
+
+
+def test_a_conditional_poll_without_a_token_learns_nothing(start_server: StartServer) -> None:
+    """The 304 shortcut checks the token too: an anonymous caller naming the current
+    version must not learn that it is current."""
+    server = start_server(*ARGS, "--worker-token", "w-secret")
+    with server.client("w-secret") as worker, server.client() as anon, \
+            server.client("wrong") as wrong:
+        SimWorker(worker, "w1", "host-a").register()
+        version = wait_for_version(worker, 0)["version"]
+        etag = {"If-None-Match": f'"{version}"'}
+        assert worker.get("/jobmodel", headers=etag).status_code == 304
+        refused = anon.get("/jobmodel", headers=etag)
+        assert refused.status_code == 401, refused.text
+        assert wrong.get("/jobmodel", headers=etag).status_code == 403
+    assert "was never awaited" not in server.log()

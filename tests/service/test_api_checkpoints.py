@@ -56,7 +56,8 @@ def test_scale_1_2_4_2_resolves_checkpoints_by_the_rule(
     server = start_server(*ARGS, "--store", store_url)
     with server.client() as c:
         workers, m1 = setup_two_workers(c)
-        assert commit(c, m1, "Partition 0", 100).json() == {"committed": 1, "advanced": 1}
+        assert commit(c, m1, "Partition 0", 100).json() == {"committed": 1, "advanced": 1,
+                                                           "staleTasks": []}
 
         m2 = scale(c, workers, 2, m1["version"])
         starts = read(c, "Partition 0_0_2", "Partition 0_1_2", "Partition 1_0_2")
@@ -103,7 +104,8 @@ def test_fencing_and_offsets_never_move_backwards(start_server: StartServer) -> 
                                               "jobModelVersion": model["version"] + 1})
         assert future.status_code == 409
         assert commit(c, model, "Partition 0", 50).json()["advanced"] == 1
-        assert commit(c, model, "Partition 0", 20).json() == {"committed": 1, "advanced": 0}
+        assert commit(c, model, "Partition 0", 20).json() == {"committed": 1, "advanced": 0,
+                                                              "staleTasks": []}
         assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == "50"
         # a newer version done: commits tagged with the old one are stale where ownership
         # changed (scaling gives new task names, so the old tasks are no longer owned)

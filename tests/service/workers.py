@@ -41,7 +41,7 @@ class SimWorker:
         return self.client.post(f"/jobmodel/{version}/ack",
                                 json={"processorId": self.processor_id})
 
-    def commit(self, version: int, checkpoints: dict[str, dict[str, str]]) -> httpx.Response:
+    def commit(self, version: int, checkpoints: dict[str, dict[str, Any]]) -> httpx.Response:
         """``checkpoints``: task -> {ssp json key 'p/b' ...} built by the caller."""
         return self.client.post("/checkpoints", json={
             "processorId": self.processor_id, "jobModelVersion": version,
