@@ -65,28 +65,47 @@ class PostgresServer:
         subprocess.run([str(bin_dir / "initdb"), "-D", str(data_dir), "-U",
                         "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"],
                        check=True, capture_output=True, cwd=root, **as_user)  # type: ignore[call-overload]
-        port = free_port()
-        log = (root / f"{data_dir.name}.log").open("wb")
+        server = PostgresServer(data_dir, free_port())
+        server.resume()
+        return server
+
+    def resume(self) -> None:
+        """Start the postmaster on the cluster and port (again, after :meth:`pause`);
+        returns once it accepts connections."""
+        root = self.data_dir.parent
+        as_user: dict[str, object] = {}
+        if os.geteuid() == 0:
+            as_user = {"user": "postgres", "group": "postgres", "extra_groups": []}
+        log = (root / f"{self.data_dir.name}.log").open("ab")
         if os.geteuid() == 0:
             shutil.chown(log.name, "postgres", "postgres")
-        proc = subprocess.Popen(  # type: ignore[call-overload]
-            [str(bin_dir / "postgres"), "-D", str(data_dir), "-p", str(port),
+        self.proc = subprocess.Popen(  # type: ignore[call-overload]
+            [str(_bin_dir() / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
              "-c", "max_connections=200"],
             stdout=log, stderr=subprocess.STDOUT, cwd=root, **as_user)
-        server = PostgresServer(data_dir, port, proc)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
+            if self.proc.poll() is not None:
                 raise RuntimeError(f"postgres exited: {Path(log.name).read_text()}")
             try:
-                with psycopg.connect(server.admin_url, connect_timeout=1):
-                    return server
+                with psycopg.connect(self.admin_url, connect_timeout=1):
+                    return
             except psycopg.OperationalError:
                 time.sleep(0.1)
-        server.stop()
+        self.stop()
         raise RuntimeError("postgres did not accept connections within 30s")
+
+    def pause(self) -> None:
+        """Shut the postmaster down (an outage), keeping the cluster for :meth:`resume`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # "fast shutdown" of the postmaster
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
 
     def create_database(self) -> str:
         """A fresh, empty database; returns its SQLAlchemy URL."""
@@ -97,11 +116,5 @@ class PostgresServer:
 
     def stop(self) -> None:
         """Fast shutdown by the postmaster's pid, then remove the cluster."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # "fast shutdown" of the postmaster
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.pause()
         shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -167,3 +167,30 @@ def test_broker_restart_mid_run_the_coordinator_reconnects_and_keeps_serving(
         assert set(replay.keys("processors")) == {"w0", "w1"}
     finally:
         replay.close()
+
+
+def test_a_fenced_replica_never_tells_live_workers_to_stop(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """During a redeploy the old replica is fenced by the new one's epoch: its answers to
+    heartbeats are 409 or 503 (retry elsewhere), never 404 (register again)."""
+    job = f"job{uuid.uuid4().hex[:8]}"
+    args = ("--metadata-store", "kafka", "--kafka-bootstrap", kafka.bootstrap, "--job", job,
+            "--input", "kafka.orders:2", "--debounce-ms", "100", "--lease-ttl-ms", "60000")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = start_server(*args, data_dir=tmp_path / "old")
+    with old.client() as c:
+        w1 = SimWorker(c, "w1", "host-a")
+        assert w1.register().status_code == 201
+        assert w1.heartbeat().status_code == 200
+    new = start_server(*args, data_dir=tmp_path / "new")
+    with old.client() as c, new.client() as n:
+        assert SimWorker(n, "w1", "host-a").heartbeat().status_code == 200
+        statuses = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not statuses[-3:] == [503, 503, 503]:
+            statuses.append(SimWorker(c, "w1", "host-a").heartbeat().status_code)
+            time.sleep(0.1)
+        assert 404 not in statuses, statuses
+        assert statuses[-3:] == [503, 503, 503], statuses
