@@ -37,6 +37,12 @@ class LeaderRole(Protocol):
         """What each job-model publication must check in the store (None: nothing)."""
         ...
 
+    def serves_commits(self) -> bool:
+        """Whether this replica may judge checkpoint commits now: any replica of an
+        elected group (they share the store's view), but a coordinator that leads a store
+        alone only while it holds its lease."""
+        ...
+
 
 class EmbeddedLeader:
     """One process, always the leader (epoch 1)."""
@@ -65,3 +71,7 @@ class EmbeddedLeader:
     def fence(self) -> Fence | None:
         """None: a single process has nobody to be fenced from."""
         return None
+
+    def serves_commits(self) -> bool:
+        """Always True."""
+        return True

@@ -761,6 +761,9 @@ class Coordinator:
         job model and owned it in every version from ``version`` on (a commit tagged with
         an older version is stale when the task was elsewhere in between: another
         processor has worked on it since). Returns the model of ``version``."""
+        if not self._leader.serves_commits():
+            raise NotLeader("this coordinator does not hold the store's leadership lease "
+                            "now; retry")
         active = self._active
         if active is None or version > active.version:
             # Another replica may have completed the barrier a moment ago (its watch

@@ -84,6 +84,10 @@ class ZkLeader:
         """What a publication must check: the epoch this replica won with."""
         return Fence(LEADER, EPOCH_KEY, self._epoch) if self._epoch else None
 
+    def serves_commits(self) -> bool:
+        """True: every replica judges commits from the store's shared view."""
+        return True
+
     # -- lifecycle
 
     def start(self) -> None:

@@ -20,6 +20,7 @@ from coordinator.clock import Clock, SystemClock
 from coordinator.leader import EmbeddedLeader, LeaderRole
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.partition_monitor import KafkaPartitionSource, PartitionMonitor
+from coordinator.sql_leader import SqlLeaseLeader
 from coordinator.store.kafka import KafkaMetadataStore
 from coordinator.store.metadata import MetadataStore
 from coordinator.store.sql import SqlMetadataStore
@@ -80,6 +81,20 @@ def store_lock(settings: Settings) -> StoreLock | None:
     return StoreLock(database)
 
 
+def store_leader(settings: Settings, on_lost: Callable[[], None]) -> SqlLeaseLeader | None:
+    """The leadership lease of a coordinator on a shared SQL store without ZooKeeper,
+    taken (waiting out a crashed holder's lease; ``LeadershipHeld`` when a live one keeps
+    it), or None in the other modes."""
+    if settings.metadata_backend() != "sql" or sqlite_database(settings.store_url()):
+        return None
+    engine = make_engine(settings.store_url())
+    upgrade(engine)
+    leader = SqlLeaseLeader(SqlMetadataStore(engine), settings.replica_id,
+                            settings.leader_lease_ms / 1000, on_lost=on_lost)
+    leader.acquire()
+    return leader
+
+
 def partition_monitor(settings: Settings, coordinator: Coordinator) -> PartitionMonitor | None:
     """The Kafka partition monitor, when inputs are given without a partition count."""
     streams = settings.monitored_streams()
@@ -93,14 +108,25 @@ def partition_monitor(settings: Settings, coordinator: Coordinator) -> Partition
 
 @asynccontextmanager
 async def metadata_backend(
-    settings: Settings, engine: Engine,
+    settings: Settings, engine: Engine, sql_leader: SqlLeaseLeader | None = None,
 ) -> AsyncIterator[tuple[MetadataStore, LeaderRole, Callable[[Coordinator], None]]]:
     """The metadata store and leader role of ``settings``: embedded SQL with this process
     as the leader, or ZooKeeper with an election. Also returns how to connect the
     coordinator to leadership changes, once it started."""
     backend = settings.metadata_backend()
     if backend == "sql":
-        yield SqlMetadataStore(engine), EmbeddedLeader(settings.replica_id), lambda _: None
+        if sql_leader is None:
+            yield SqlMetadataStore(engine), EmbeddedLeader(settings.replica_id), lambda _: None
+            return
+        leading_now: list[Coordinator] = []
+
+        def changed(leading: bool) -> None:
+            for coordinator in leading_now:
+                coordinator.leadership_changed(leading)
+
+        sql_leader.set_on_change(changed)
+        sql_leader.start()
+        yield SqlMetadataStore(engine), sql_leader, leading_now.append
         return
     if backend == "kafka":
         assert settings.kafka_bootstrap is not None
@@ -136,8 +162,10 @@ async def metadata_backend(
         await asyncio.to_thread(session.stop)
 
 
-def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
-    """A Coxswain coordinator app for ``settings`` (embedded SQL mode)."""
+def create_app(settings: Settings, clock: Clock | None = None,
+               store_leader: SqlLeaseLeader | None = None) -> FastAPI:
+    """A Coxswain coordinator app for ``settings``; ``store_leader``: the leadership lease
+    already taken on a shared SQL store without ZooKeeper (see :func:`store_leader`)."""
     clock = clock or SystemClock()
 
     @asynccontextmanager
@@ -145,7 +173,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         engine = make_engine(settings.store_url())
         upgrade(engine)
         metrics = Metrics()
-        async with metadata_backend(settings, engine) as (store, leader, bind):
+        async with metadata_backend(settings, engine, store_leader) as (store, leader, bind):
             coordinator = Coordinator(coordinator_config(settings), store, leader, clock,
                                       metrics, prepare=jobmodel.prerender)
             app.state.settings = settings

@@ -63,6 +63,8 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                       "job models, leases and barriers there (checkpoints stay in --store)"}),
     ("--job", {"help": "job name; its ZooKeeper root is /coxswain/{job} (default 'default')"}),
     ("--zk-session-timeout-ms", {"type": int, "help": "ZooKeeper session timeout (6000)"}),
+    ("--leader-lease-ms", {"type": int, "help": "leadership lease on a shared SQL store "
+                                                "without --zk: one coordinator leads it (10000)"}),
     ("--worker-token", {"help": "bearer token of worker routes"}),
     ("--admin-token", {"help": "bearer token of operator routes"}),
     ("--insecure", {"action": "store_true",
@@ -91,8 +93,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from coordinator.sql_leader import LeadershipHeld
     from coordinator.store_lock import StoreLocked
-    from service.app import create_app, store_lock
+    from service.app import create_app, store_leader, store_lock
     from service.logs import configure
 
     settings = _settings(args)
@@ -100,15 +103,22 @@ def _serve(args: argparse.Namespace) -> None:
         settings.check_bind_is_safe()
     except SettingsError as e:
         raise SystemExit(f"coxswain: {e}") from None
-    lock = store_lock(settings)
-    if lock is not None:
-        try:
-            lock.acquire()  # held until this process exits
-        except StoreLocked as e:
-            raise SystemExit(f"coxswain: {e}") from None
     configure(settings.log_json, settings.log_level)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_config=None, timeout_graceful_shutdown=5)
+    # one leader per store in the modes without an election: before serving anything
+    lock = store_lock(settings)
+    leader = None
+    try:
+        if lock is not None:
+            lock.acquire()  # held until this process exits
+        leader = store_leader(settings, on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    except (StoreLocked, LeadershipHeld) as e:
+        raise SystemExit(f"coxswain: {e}") from None
+    try:
+        uvicorn.run(create_app(settings, store_leader=leader), host=settings.host,
+                    port=settings.port, log_config=None, timeout_graceful_shutdown=5)
+    finally:
+        if leader is not None:
+            leader.stop()  # gives the lease up: a successor need not wait it out
 
 
 def _db(args: argparse.Namespace) -> None:

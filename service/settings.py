@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     job: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
                      description="job name: its root znode is /coxswain/{job}")
     zk_session_timeout_ms: int = Field(6_000, ge=400)
+    leader_lease_ms: int = Field(
+        10_000, ge=500, description="leadership lease of a coordinator on a shared SQL store "
+                                    "without ZooKeeper (one leader per store)")
     worker_token: SecretStr | None = None
     admin_token: SecretStr | None = None
     insecure: bool = False

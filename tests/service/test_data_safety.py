@@ -20,6 +20,7 @@ from grouping.model import JobModel
 from grouping.serde import job_model_to_bytes
 from service.database import make_engine, upgrade
 from service.local.ports import free_port
+from tests.infra.postgres import PostgresServer
 from tests.service.conftest import StartServer
 from tests.service.workers import SimWorker, ack_all, offsets_for, wait_for_version
 
@@ -211,3 +212,36 @@ def test_a_second_embedded_coordinator_on_one_store_refuses_to_start(
     again = start_server(*ARGS, data_dir=data)
     with again.client() as c:
         assert c.get("/readyz").status_code == 200
+
+
+def test_two_coordinators_on_one_postgresql_store_never_both_lead(
+    start_server: StartServer, postgres: PostgresServer, tmp_path: Path,
+) -> None:
+    store = postgres.create_database()
+    lease = ("--store", store, "--leader-lease-ms", "1500")
+    (tmp_path / "a").mkdir()
+    first = start_server(*ARGS, *lease, "--replica-id", "coord-a", data_dir=tmp_path / "a")
+    second = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(free_port()),
+         "--data-dir", str(tmp_path / "b"), *ARGS, *lease, "--replica-id", "coord-b"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert second.returncode != 0
+    assert "coordinator 'coord-a' leads this store" in second.stderr, second.stderr
+    with first.client() as c:
+        assert c.get("/readyz").json()["leader"] == "coord-a"
+    # a crashed leader's lease runs out and a new coordinator takes over (epoch 2)
+    first.kill()
+    (tmp_path / "c").mkdir()
+    third = start_server(*ARGS, *lease, "--replica-id", "coord-c", data_dir=tmp_path / "c")
+    with third.client() as c:
+        assert c.get("/readyz").json()["leader"] == "coord-c"
+        w1 = SimWorker(c, "w1", "host-a")
+        w1.register()
+        model = wait_for_version(c, 0)
+        assert ack_all([w1], model["version"]) == "done"
+    # a graceful stop gives the lease up: the next one starts at once
+    third.stop()
+    (tmp_path / "d").mkdir()
+    fourth = start_server(*ARGS, *lease, "--replica-id", "coord-d", data_dir=tmp_path / "d")
+    with fourth.client() as c:
+        assert c.get("/readyz").json()["leader"] == "coord-d"

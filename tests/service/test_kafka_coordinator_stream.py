@@ -187,9 +187,9 @@ def test_a_fenced_replica_never_tells_live_workers_to_stop(
     new = start_server(*args, data_dir=tmp_path / "new")
     with old.client() as c, new.client() as n:
         assert SimWorker(n, "w1", "host-a").heartbeat().status_code == 200
-        statuses = []
+        statuses: list[int] = []
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not statuses[-3:] == [503, 503, 503]:
+        while time.monotonic() < deadline and statuses[-3:] != [503, 503, 503]:
             statuses.append(SimWorker(c, "w1", "host-a").heartbeat().status_code)
             time.sleep(0.1)
         assert 404 not in statuses, statuses
