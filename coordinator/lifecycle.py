@@ -434,10 +434,22 @@ class Coordinator:
         self, processor_id: str, task_lags: Mapping[str, int] | None,
         stats: Mapping[str, Any] | None,
     ) -> ProcessorLease:
-        """Renew a processor's lease and record its lags (UnknownProcessor once expired)."""
+        """Renew a processor's lease and record its lags (UnknownProcessor once expired).
+        Lags are kept only for tasks of the latest job model (the ones the next generation
+        reads): a worker cannot fill the store, or the metrics, with invented names."""
+        if task_lags is not None:
+            known = self._task_names(self._latest)
+            task_lags = {t: lag for t, lag in task_lags.items() if t in known}
         async with self._lock:
             return await self._io(
                 lambda: self.membership.heartbeat(processor_id, task_lags, stats))
+
+    @staticmethod
+    def _task_names(model: JobModel | None) -> frozenset[str]:
+        if model is None:
+            return frozenset()
+        return model.memo("task-names", lambda m: frozenset(
+            t.name for c in m.containers.values() for t in c.active_tasks))
 
     async def leave(self, processor_id: str) -> bool:
         """A processor leaves now; a rebalance follows."""

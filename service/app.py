@@ -181,6 +181,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
             app.state.checkpoints = SqlCheckpointStore(engine)
             app.state.metrics = metrics
             app.state.coordinator = coordinator
+            metrics.export_task_lags(coordinator.membership.task_lags)
             app.state.clock = clock
             await coordinator.start()
             bind(coordinator)

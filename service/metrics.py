@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+TaskLags = Callable[[], Mapping[str, Mapping[str, int]]]
 
 
 class Metrics:
@@ -29,12 +35,16 @@ class Metrics:
             registry=r)
         self.fenced_commits = Counter(
             "coxswain_fenced_commits", "Checkpoint commits refused by fencing", registry=r)
-        self.task_lag = Gauge("coxswain_task_lag", "Lag per task reported by its processor",
-                              ["task"], registry=r)
         self.checkpoint_compute_seconds = Histogram(
             "coxswain_checkpoint_compute_seconds",
             "Time to resolve checkpoints across elasticity changes (SEP-32 checkpoint-compute)",
             registry=r, buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1))
+
+    def export_task_lags(self, lags: TaskLags) -> None:
+        """``coxswain_task_lag{processor, task}`` read from ``lags`` (processor -> task ->
+        lag, the live leases' last reports) at each scrape: a processor's series leave with
+        it, and only tasks the coordinator kept (those of the latest job model) appear."""
+        self.registry.register(_TaskLagCollector(lags))
 
     # LifecycleObserver
     def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
@@ -50,3 +60,17 @@ class Metrics:
     def processors_changed(self, count: int) -> None:
         """Record the number of processors."""
         self.processors.set(count)
+
+
+class _TaskLagCollector(Collector):
+    def __init__(self, lags: TaskLags) -> None:
+        self._lags = lags
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("coxswain_task_lag",
+                                   "State lag per task, as its processor last reported it",
+                                   labels=["processor", "task"])
+        for processor, lags in sorted(self._lags().items()):
+            for task, lag in sorted(lags.items()):
+                family.add_metric([processor, task], lag)
+        yield family

@@ -5,6 +5,8 @@ Requests refuse unknown fields (a typo must not silently do nothing); responses 
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Annotated, Any, NotRequired
 
 from pydantic import (
@@ -75,20 +77,56 @@ class RegisterResponse(Response):
     job_model_version: int | None
 
 
-class HeartbeatRequest(Request):
-    """``POST /processors/{id}/heartbeat``: state lag per task, autosizer stats."""
+MAX_LAG = 2**63 - 1  # lags are offsets: int64, like Kafka's
+MAX_TASK_NAME = 512
+MAX_STATS_BYTES = 64 * 1024
+MAX_STATS_DEPTH = 6
 
-    task_lags: dict[str, StrictInt] | None = None
+
+class HeartbeatRequest(Request):
+    """``POST /processors/{id}/heartbeat``: state lag per task, autosizer stats.
+
+    Bounded at the edge, before anything is written: lags are int64 offsets, task names
+    at most 512 characters (lags of tasks the latest job model does not have are dropped
+    by the coordinator), and ``stats`` at most 64 KiB of JSON nested at most 6 deep, with
+    finite numbers (it is stored with the lease and served by ``/status``)."""
+
+    task_lags: dict[Annotated[str, Field(max_length=MAX_TASK_NAME)], StrictInt] | None = None
     stats: dict[str, Any] | None = None
 
     @field_validator("task_lags")
     @classmethod
-    def _non_negative(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+    def _lags_in_range(cls, value: dict[str, int] | None) -> dict[str, int] | None:
         if value is not None:
             for task, lag in value.items():
-                if lag < 0:
-                    raise ValueError(f"lag of task {task!r} must be >= 0, got {lag}")
+                if not 0 <= lag <= MAX_LAG:
+                    raise ValueError(f"lag of task {task!r} must be within 0..2^63-1, "
+                                     f"got {str(lag)[:40]}")
         return value
+
+    @field_validator("stats")
+    @classmethod
+    def _stats_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        _check_stats(value, 1)
+        size = len(json.dumps(value, separators=(",", ":")))
+        if size > MAX_STATS_BYTES:
+            raise ValueError(f"stats must be at most {MAX_STATS_BYTES} bytes of JSON, "
+                             f"got {size}")
+        return value
+
+
+def _check_stats(value: Any, depth: int) -> None:
+    if isinstance(value, dict | list):
+        if depth > MAX_STATS_DEPTH:
+            raise ValueError(f"stats may be nested at most {MAX_STATS_DEPTH} deep")
+        for item in (value.values() if isinstance(value, dict) else value):
+            _check_stats(item, depth + 1)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("stats numbers must be finite")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_LAG:
+        raise ValueError("stats integers must fit in 64 bits")
 
 
 class VersionResponse(Response):

@@ -11,7 +11,6 @@ from coordinator.lifecycle import Coordinator
 from service import deps
 from service.auth import require_worker
 from service.errors import ApiError
-from service.metrics import Metrics
 from service.schemas import (
     ErrorBody,
     HeartbeatRequest,
@@ -48,12 +47,9 @@ async def register(
              responses={404: {"model": ErrorBody}})
 async def heartbeat(
     processor_id: str, body: HeartbeatRequest, coordinator: Coord,
-    metrics: Annotated[Metrics, Depends(deps.metrics)],
 ) -> VersionResponse:
     """Renew the lease; report task lags and stats. 404 once the lease expired."""
     await coordinator.heartbeat(processor_id, body.task_lags, body.stats)
-    for task, lag in (body.task_lags or {}).items():
-        metrics.task_lag.labels(task=task).set(lag)
     latest = coordinator.latest
     return VersionResponse(job_model_version=latest.version if latest else None)
 

@@ -1,0 +1,69 @@
+"""Hostile or broken heartbeats are refused at the edge, before anything is written, and
+cannot grow the store, /status or /metrics without bound."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from tests.service.conftest import StartServer
+from tests.service.workers import SimWorker, ack_all, wait_for_version
+
+ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "60000")
+
+
+def _raw_heartbeat(c: httpx.Client, body: str) -> tuple[int, str]:
+    r = c.post("/processors/w1/heartbeat", content=body,
+               headers={"content-type": "application/json"})
+    return r.status_code, r.text
+
+
+def test_out_of_range_lags_and_oversized_or_deep_stats_are_refused_before_writing(
+    start_server: StartServer,
+) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        w1 = SimWorker(c, "w1", "host-a")
+        w1.register()
+        model = wait_for_version(c, 0)
+        ack_all([w1], model["version"])
+        assert w1.heartbeat({"Partition 0": 5}).status_code == 200
+        huge = '{"taskLags": {"Partition 0": 1' + "0" * 400 + "}}"
+        status, text = _raw_heartbeat(c, huge)
+        assert status == 422 and "2^63-1" in text, text
+        deep = '{"stats": ' + '{"a": ' * 300 + "1" + "}" * 300 + "}"
+        status, text = _raw_heartbeat(c, deep)
+        assert status == 422, text
+        big = json.dumps({"stats": {"blob": "x" * 100_000}})
+        status, text = _raw_heartbeat(c, big)
+        assert status == 422 and "at most 65536 bytes" in text, text
+        negative = w1.heartbeat({"Partition 0": -1})
+        assert negative.status_code == 422
+        # nothing of those was written: the last good report stands, /status answers
+        status_page = c.get("/status")
+        assert status_page.status_code == 200, status_page.text
+        lags = status_page.json()
+        assert "xxxxxxxxxx" not in json.dumps(lags)
+        metrics = c.get("/metrics").text
+        assert 'coxswain_task_lag{processor="w1",task="Partition 0"} 5.0' in metrics
+
+
+def test_lags_of_unknown_tasks_are_dropped_and_series_leave_with_their_processor(
+    start_server: StartServer,
+) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        w1 = SimWorker(c, "w1", "host-a")
+        w1.register()
+        model = wait_for_version(c, 0)
+        ack_all([w1], model["version"])
+        invented = {f"invented-{i}": i for i in range(60_000)}
+        beat = w1.heartbeat({**invented, "Partition 1": 7})
+        assert beat.status_code == 200, beat.text
+        metrics = c.get("/metrics").text
+        assert "invented-" not in metrics
+        assert 'coxswain_task_lag{processor="w1",task="Partition 1"} 7.0' in metrics
+        assert len(metrics) < 100_000
+        assert c.delete("/processors/w1").status_code == 204
+        assert 'processor="w1"' not in c.get("/metrics").text
