@@ -214,17 +214,23 @@ def create_app(settings: Settings, clock: Clock | None = None,
     install_docs(app)
     for module in (health, processors, jobmodel, checkpoints, scale, status):
         app.include_router(module.router)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
+                       read_timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(PollShortcut)
     return app
 
 
 class BodyLimit:
-    """Refuse request bodies above ``limit`` bytes with 413, before any route reads them."""
+    """Read each request body whole, up to ``limit`` bytes, before any route sees it:
+    413 above the limit (also for a chunked body, whose size only shows while reading),
+    408 when the client sends it slower than ``read_timeout_s`` between chunks, and
+    nothing at all when the client disconnects meanwhile (no route runs, nothing is
+    written, nothing is logged as an error). The route then gets the body in one piece."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, read_timeout_s: float = 30.0) -> None:
         self.app = app
         self.limit = limit
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -232,29 +238,43 @@ class BodyLimit:
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await self._refuse(scope, receive, send)
+                await _refuse(scope, receive, send, 413, "payload_too_large",
+                              f"request body larger than {self.limit} bytes")
                 return
+        chunks: list[bytes] = []
         seen = 0
+        more = True
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+            except TimeoutError:
+                await _refuse(scope, receive, send, 408, "request_timeout",
+                              f"request body not received within {self.read_timeout_s:g}s")
+                return
+            if message["type"] != "http.request":
+                return  # the client went away before its request was whole
+            body = message.get("body", b"")
+            seen += len(body)
+            if seen > self.limit:
+                await _refuse(scope, receive, send, 413, "payload_too_large",
+                              f"request body larger than {self.limit} bytes")
+                return
+            chunks.append(body)
+            more = bool(message.get("more_body", False))
+        replayed = False
 
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
+        async def whole() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # e.g. http.disconnect, for a long poll
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, "payload_too_large",
-                                  f"request body larger than {self.limit} bytes")
-        await response(scope, receive, send)
+        await self.app(scope, whole, send)
 
 
-class _TooLarge(Exception):
-    pass
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str,
+                  detail: str) -> None:
+    response = error_response(status, code, detail)
+    response.headers["connection"] = "close"
+    await response(scope, receive, send)

@@ -51,6 +51,10 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                         "help": "where key spaces without checkpoints start"}),
     ("--max-body-bytes", {"type": int, "help": "request body limit (8 MiB)"}),
     ("--max-wait-ms", {"type": int, "help": "longest long poll a client may ask for (60000)"}),
+    ("--body-timeout-ms", {"type": int, "help": "408 for a request body slower than this "
+                                                "between chunks (30000)"}),
+    ("--header-timeout-ms", {"type": int, "help": "close a connection whose request headers "
+                                                  "take longer than this (10000)"}),
     ("--keep-job-models", {"type": int, "help": "job model versions kept in the store (10)"}),
     ("--kafka-bootstrap", {"help": "Kafka bootstrap servers: inputs given as SYSTEM.STREAM "
                                    "(no count) get their partition count from Kafka"}),
@@ -96,6 +100,7 @@ def _serve(args: argparse.Namespace) -> None:
     from coordinator.sql_leader import LeadershipHeld
     from coordinator.store_lock import StoreLocked
     from service.app import create_app, store_leader, store_lock
+    from service.http_protocol import protocol_options
     from service.logs import configure
 
     settings = _settings(args)
@@ -115,7 +120,8 @@ def _serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"coxswain: {e}") from None
     try:
         uvicorn.run(create_app(settings, store_leader=leader), host=settings.host,
-                    port=settings.port, log_config=None, timeout_graceful_shutdown=5)
+                    port=settings.port, log_config=None, timeout_graceful_shutdown=5,
+                    **protocol_options(settings.header_timeout_ms / 1000))
     finally:
         if leader is not None:
             leader.stop()  # gives the lease up: a successor need not wait it out

@@ -8,10 +8,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from checkpoint.errors import CheckpointError
 from coordinator.errors import CoordinatorError
 from grouping.errors import GroupingError
+from service.route_table import api_routes
 
 log = logging.getLogger("coxswain.api")
 
@@ -77,6 +79,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "invalid_request", "; ".join(parts))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return error_response(e.status_code, code, str(e.detail))
+        response = error_response(e.status_code, code, str(e.detail))
+        response.headers.update(e.headers or {})
+        if e.status_code == 405:  # every method of the path (each is a route of its own)
+            allowed = {m for route in api_routes(request.app.routes)
+                       if route.matches(request.scope)[0] is not Match.NONE
+                       for m in route.methods or ()}
+            response.headers["allow"] = ", ".join(sorted(allowed))
+        return response

@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_wait_ms: int = Field(60_000, ge=0, description="upper bound of a long poll")
+    body_timeout_ms: int = Field(30_000, ge=100, description="a request body arriving slower "
+                                 "than this between chunks gets 408")
+    header_timeout_ms: int = Field(10_000, ge=100, description="a connection whose request "
+                                   "headers are not complete within this is closed")
     kafka_bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers: inputs given as SYSTEM.STREAM get their "
                           "partition count from Kafka, polled by the leader")
@@ -175,13 +179,17 @@ class Settings(BaseSettings):
         return self
 
     def check_bind_is_safe(self) -> None:
-        """Refuse a non-loopback bind without tokens unless --insecure was given."""
-        if self.insecure or (self.worker_token and self.admin_token):
+        """Refuse a non-loopback bind without strong tokens unless --insecure was given."""
+        if self.insecure or _is_loopback(self.host):
             return
-        if not _is_loopback(self.host):
+        weak = [name for name, token in (("--worker-token", self.worker_token),
+                                         ("--admin-token", self.admin_token))
+                if token is None or not _strong(token.get_secret_value())]
+        if weak:
             raise SettingsError(
-                f"refusing to listen on {self.host} without --worker-token and --admin-token "
-                "(or pass --insecure to accept unauthenticated access)")
+                f"refusing to listen on {self.host} without {' and '.join(weak)} of at least "
+                f"{MIN_TOKEN_LENGTH} characters and no whitespace (or pass --insecure to "
+                "accept unauthenticated access)")
 
     @classmethod
     def settings_customise_sources(
@@ -196,6 +204,13 @@ class Settings(BaseSettings):
         path = _config_path(init_settings)
         file_source = InitSettingsSource(settings_cls, load_config_file(path) if path else {})
         return (init_settings, env_settings, file_source)
+
+
+MIN_TOKEN_LENGTH = 16
+
+
+def _strong(token: str) -> bool:
+    return len(token) >= MIN_TOKEN_LENGTH and not any(c.isspace() for c in token)
 
 
 def _config_path(init_settings: PydanticBaseSettingsSource) -> Path | None:

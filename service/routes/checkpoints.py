@@ -22,7 +22,7 @@ from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel, TaskModel
 from grouping.serde import ssp_to_json
 from service import deps
-from service.auth import require_admin, require_worker
+from service.auth import AuthFirstRoute, require_admin, require_worker
 from service.errors import ApiError
 from service.metrics import Metrics
 from service.schemas import (
@@ -34,7 +34,7 @@ from service.schemas import (
 )
 
 log = logging.getLogger("coxswain.checkpoints")
-router = APIRouter(tags=["checkpoints"])
+router = APIRouter(tags=["checkpoints"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 Store = Annotated[SqlCheckpointStore, Depends(deps.checkpoint_store)]
 Stats = Annotated[Metrics, Depends(deps.metrics)]
@@ -56,6 +56,9 @@ async def read_checkpoints(
     if model is None:
         raise ApiError(404, "no_job_model", "no job model has been generated yet")
     tasks = _tasks_of(model)
+    if processor_id is not None and task_name:
+        raise ApiError(422, "invalid_request", "give taskName (repeatable) or processorId, "
+                       "not both")
     if processor_id is not None:
         container = model.containers.get(processor_id)
         if container is None:

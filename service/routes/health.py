@@ -12,9 +12,10 @@ from coordinator.errors import StoreUnavailable
 from coordinator.lifecycle import Coordinator
 from coordinator.store.metadata import MetadataStore
 from service import deps
+from service.auth import AuthFirstRoute
 from service.errors import error_response
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=AuthFirstRoute)
 
 
 @router.get("/healthz")

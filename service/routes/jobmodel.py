@@ -13,12 +13,12 @@ from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel
 from grouping.serde import container_model_to_json
 from service import deps
-from service.auth import require_worker
+from service.auth import AuthFirstRoute, require_worker
 from service.errors import ApiError
 from service.schemas import AckRequest, BarrierResponse, ErrorBody
 from service.settings import Settings
 
-router = APIRouter(tags=["jobmodel"])
+router = APIRouter(tags=["jobmodel"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 
 

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from coordinator.lifecycle import Coordinator
 from service import deps
-from service.auth import require_worker
+from service.auth import AuthFirstRoute, require_worker
 from service.errors import ApiError
 from service.schemas import (
     ErrorBody,
@@ -21,7 +21,7 @@ from service.schemas import (
 )
 from service.settings import Settings
 
-router = APIRouter(tags=["processors"])
+router = APIRouter(tags=["processors"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 
 

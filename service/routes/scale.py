@@ -10,10 +10,10 @@ from fastapi.responses import JSONResponse
 from coordinator.lifecycle import Coordinator
 from grouping.key_bucket import validate_elasticity_factor
 from service import deps
-from service.auth import require_admin
+from service.auth import AuthFirstRoute, require_admin
 from service.schemas import ErrorBody, ScaleAccepted, ScaleRequest, ScaleView
 
-router = APIRouter(tags=["scale"])
+router = APIRouter(tags=["scale"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 
 

@@ -10,9 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from coordinator.lifecycle import Coordinator
 from grouping.measures import balance
 from service import deps
+from service.auth import AuthFirstRoute
 from service.metrics import Metrics
 
-router = APIRouter(tags=["status"])
+router = APIRouter(tags=["status"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 
 
