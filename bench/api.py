@@ -48,10 +48,13 @@ def start(store: str | None, data_dir: Path) -> Server:
     return Server(data_dir, args).start()
 
 
-def setup(c: httpx.Client) -> dict[str, Any]:
+def setup(c: httpx.Client) -> tuple[dict[str, Any], dict[str, str]]:
+    """The first job model with every processor, acked; and each one's lease token."""
+    tokens: dict[str, str] = {}
     for i in range(PROCESSORS):
         r = c.post("/processors", json={"processorId": f"w{i:02d}", "locationId": f"h{i}"})
         assert r.status_code == 201, r.text
+        tokens[f"w{i:02d}"] = r.json()["leaseToken"]
     deadline = time.monotonic() + 120
     while len(c.get("/status").json()["tasksPerProcessor"]) < PROCESSORS:
         if time.monotonic() > deadline:
@@ -59,8 +62,9 @@ def setup(c: httpx.Client) -> dict[str, Any]:
         time.sleep(0.2)
     model = c.get("/jobmodel").json()
     for pid in model["containers"]:
-        c.post(f"/jobmodel/{model['version']}/ack", json={"processorId": pid})
-    return dict(model)
+        c.post(f"/jobmodel/{model['version']}/ack", json={"processorId": pid},
+               headers={"Coxswain-Lease-Token": tokens[pid]})
+    return dict(model), tokens
 
 
 def commit_templates(model: dict[str, Any]) -> list[tuple[str, str]]:
@@ -77,7 +81,8 @@ def commit_templates(model: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-async def commits(url: str, model: dict[str, Any], seconds: float) -> float:
+async def commits(url: str, model: dict[str, Any], tokens: dict[str, str],
+                  seconds: float) -> float:
     templates = commit_templates(model)
     buckets = sum(b.count("__OFF__") for _, b in templates) // len(templates)
     done = 0
@@ -86,13 +91,13 @@ async def commits(url: str, model: dict[str, Any], seconds: float) -> float:
 
     async def client(i: int) -> None:
         nonlocal done, counter
-        _, template = templates[i % len(templates)]
+        pid, template = templates[i % len(templates)]
+        headers = {"content-type": "application/json", "Coxswain-Lease-Token": tokens[pid]}
         async with httpx.AsyncClient(base_url=url, timeout=60) as c:
             while time.monotonic() < stop:
                 counter += 1
                 body = template.replace('"__OFF__"', f'"{counter}"')
-                r = await c.post("/checkpoints", content=body,
-                                 headers={"content-type": "application/json"})
+                r = await c.post("/checkpoints", content=body, headers=headers)
                 if r.status_code != 200:
                     raise RuntimeError(f"commit failed: {r.status_code} {r.text[:200]}")
                 done += 1
@@ -156,8 +161,8 @@ def run(name: str, store: str | None, seconds: float) -> str:
         server = start(store, Path(tmp))
         try:
             with server.client() as c:
-                model = setup(c)
-            rate = asyncio.run(commits(server.url, model, seconds))
+                model, tokens = setup(c)
+            rate = asyncio.run(commits(server.url, model, tokens, seconds))
             poll_rate = polls(server.url, model["version"], seconds)
             delays = sorted(asyncio.run(notification(server.url, 10)))
         finally:

@@ -75,14 +75,15 @@ def worker_failover(root: Path, zk: str, runs: int) -> list[float]:
             with fleet.heartbeating(2.0):
                 fleet.settle()
                 victim = fleet.ids[-1]
-                fleet.call("POST", f"/processors/{victim}/heartbeat", json={})
+                fleet.call("POST", f"/processors/{victim}/heartbeat", json={},
+                           headers=fleet.lease(victim))
                 last_beat = time.monotonic()
                 fleet.ids.remove(victim)
                 fleet.settle(timeout_s=120)
                 times.append(time.monotonic() - last_beat)
                 print(f"  worker failover run {run + 1}: {times[-1]:.2f} s", flush=True)
             for pid in fleet.ids:  # leave, so the next run starts clean
-                fleet.call("DELETE", f"/processors/{pid}")
+                fleet.call("DELETE", f"/processors/{pid}", headers=fleet.lease(pid))
     return times
 
 

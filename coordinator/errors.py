@@ -56,3 +56,9 @@ class LeaseContended(CoordinatorError):
     writes (or this replica's writes are refused): retry, the processor is not gone."""
 
     code = "lease_contended"
+
+
+class LeaseTokenRequired(CoordinatorError):
+    """A processor's call came without the lease token of its registration."""
+
+    code = "lease_token_required"

@@ -419,19 +419,20 @@ class Coordinator:
 
     async def register(
         self, processor_id: str | None, location_id: str, host: str | None
-    ) -> tuple[ProcessorLease, bool]:
-        """Register a processor; a new one triggers a (debounced) rebalance."""
+    ) -> tuple[ProcessorLease, bool, str]:
+        """Register a processor; a new one triggers a (debounced) rebalance. Returns the
+        lease, whether it is new, and the lease token of this incarnation."""
         async with self._lock:
-            lease, created = await self._io(
+            lease, created, token = await self._io(
                 lambda: self.membership.register(processor_id, location_id, host))
         if created:
             self._membership_news()
             self._observer.processors_changed(len(self.membership.live()))
             self._trigger("join")
-        return lease, created
+        return lease, created, token
 
     async def heartbeat(
-        self, processor_id: str, task_lags: Mapping[str, int] | None,
+        self, processor_id: str, token: str | None, task_lags: Mapping[str, int] | None,
         stats: Mapping[str, Any] | None,
     ) -> ProcessorLease:
         """Renew a processor's lease and record its lags (UnknownProcessor once expired).
@@ -442,7 +443,7 @@ class Coordinator:
             task_lags = {t: lag for t, lag in task_lags.items() if t in known}
         async with self._lock:
             return await self._io(
-                lambda: self.membership.heartbeat(processor_id, task_lags, stats))
+                lambda: self.membership.heartbeat(processor_id, token, task_lags, stats))
 
     @staticmethod
     def _task_names(model: JobModel | None) -> frozenset[str]:

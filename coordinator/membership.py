@@ -12,14 +12,23 @@ refreshed by :meth:`Membership.load` and by its own writes.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.clock import Clock
-from coordinator.errors import LeaseContended, ProcessorConflict, UnknownProcessor
+from coordinator.errors import (
+    Fenced,
+    LeaseContended,
+    LeaseTokenRequired,
+    ProcessorConflict,
+    UnknownProcessor,
+)
 from coordinator.store.metadata import MetadataStore
 
 NAMESPACE = "processors"
@@ -36,6 +45,10 @@ class ProcessorLease:
     expires_at: float
     task_lags: Mapping[str, int] = field(default_factory=dict, compare=False)
     stats: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # SHA-256 of the lease token handed out at registration: only that incarnation of the
+    # processor may heartbeat, ack, commit or leave as it (empty: a lease from before
+    # tokens, which must register again)
+    token_hash: str = field(default="", compare=False, repr=False)
 
     def to_bytes(self) -> bytes:
         """JSON for the metadata store."""
@@ -43,7 +56,21 @@ class ProcessorLease:
             "processor_id": self.processor_id, "location_id": self.location_id,
             "host": self.host, "registered_at": self.registered_at,
             "expires_at": self.expires_at, "task_lags": dict(self.task_lags),
-            "stats": dict(self.stats)}, sort_keys=True).encode()
+            "stats": dict(self.stats), "token_hash": self.token_hash},
+            sort_keys=True).encode()
+
+    def check_token(self, token: str | None) -> None:
+        """Raise unless ``token`` is this incarnation's lease token."""
+        if token is None:
+            raise LeaseTokenRequired(
+                f"processor {self.processor_id!r}: send the lease token of its registration "
+                "(header Coxswain-Lease-Token)")
+        if not self.token_hash:
+            raise UnknownProcessor(f"processor {self.processor_id!r} registered before lease "
+                                   "tokens existed; register again")
+        if not hmac.compare_digest(_hash(token), self.token_hash):
+            raise Fenced(f"processor {self.processor_id!r} registered again since this lease "
+                         "token was issued: this incarnation is fenced")
 
     @staticmethod
     def from_bytes(raw: bytes) -> ProcessorLease:
@@ -52,7 +79,11 @@ class ProcessorLease:
         return ProcessorLease(data["processor_id"], data["location_id"], data.get("host"),
                               float(data["registered_at"]), float(data["expires_at"]),
                               {k: int(v) for k, v in (data.get("task_lags") or {}).items()},
-                              dict(data.get("stats") or {}))
+                              dict(data.get("stats") or {}), data.get("token_hash", ""))
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def new_processor_id() -> str:
@@ -105,14 +136,17 @@ class Membership:
 
     def register(
         self, processor_id: str | None, location_id: str, host: str | None
-    ) -> tuple[ProcessorLease, bool]:
-        """Register (or re-register) a processor; returns its lease and whether it is new.
+    ) -> tuple[ProcessorLease, bool, str]:
+        """Register (or re-register) a processor; returns its lease, whether it is new,
+        and the lease token of this incarnation (new at each registration: an earlier
+        incarnation's token is fenced from now on).
 
         Raises:
             ProcessorConflict: the id is live at another location.
         """
         now = self._clock.now()
         pid = processor_id or self._new_id()
+        token = secrets.token_urlsafe(24)
         stored = self._read(pid)
         if stored is not None and stored[0].expires_at > now:
             current, version = stored
@@ -120,17 +154,20 @@ class Membership:
                 raise ProcessorConflict(
                     f"processor {pid!r} is live at location {current.location_id!r}, "
                     f"not {location_id!r}")
-            lease = replace(current, host=host or current.host, expires_at=now + self._ttl)
+            lease = replace(current, host=host or current.host, expires_at=now + self._ttl,
+                            token_hash=_hash(token))
             if self._write(lease, version):
-                return lease, False
-        lease = ProcessorLease(pid, location_id, host, now, now + self._ttl)
+                return lease, False, token
+        lease = ProcessorLease(pid, location_id, host, now, now + self._ttl,
+                               token_hash=_hash(token))
         self._store.put(NAMESPACE, pid, lease.to_bytes())
         self._leases[pid] = lease
-        return lease, True
+        return lease, True, token
 
     def heartbeat(
         self,
         processor_id: str,
+        token: str | None,
         task_lags: Mapping[str, int] | None = None,
         stats: Mapping[str, Any] | None = None,
     ) -> ProcessorLease:
@@ -153,6 +190,7 @@ class Membership:
                     f"processor {processor_id!r} is not registered or its lease expired; "
                     "register again")
             current, version = stored
+            current.check_token(token)
             lease = replace(
                 current, expires_at=now + self._ttl,
                 task_lags=current.task_lags if task_lags is None else dict(task_lags),
@@ -164,17 +202,21 @@ class Membership:
         raise LeaseContended(f"processor {processor_id!r}: its lease kept changing under "
                              "concurrent writes; retry the heartbeat")
 
-    def require(self, processor_id: str) -> ProcessorLease:
-        """The lease of ``processor_id``, or UnknownProcessor (the store is asked when this
-        replica's cache does not know the processor). As for heartbeats, a lease holds
-        until the leader removes it."""
+    def require(self, processor_id: str, token: str | None) -> ProcessorLease:
+        """The lease of ``processor_id`` if ``token`` is its incarnation's; else
+        UnknownProcessor, LeaseTokenRequired or Fenced (the store is asked when this
+        replica's cache does not know the processor or holds another token, as after a
+        registration through another replica). As for heartbeats, a lease holds until the
+        leader removes it."""
         lease = self._leases.get(processor_id)
-        if lease is None:
-            stored = self._read(processor_id)
-            if stored is None:
-                raise UnknownProcessor(f"processor {processor_id!r} is not registered")
-            lease = stored[0]
-        return lease
+        if lease is not None and token is not None and lease.token_hash \
+                and hmac.compare_digest(_hash(token), lease.token_hash):
+            return lease
+        stored = self._read(processor_id)
+        if stored is None:
+            raise UnknownProcessor(f"processor {processor_id!r} is not registered")
+        stored[0].check_token(token)
+        return stored[0]
 
     def leave(self, processor_id: str) -> bool:
         """Remove a processor now; True if it was registered."""

@@ -45,11 +45,11 @@ def free_port() -> int:
         return port
 
 
-def call(url: str, method: str = "GET", body: object = None,
-         timeout: float = 30.0) -> tuple[int, Any]:
+def call(url: str, method: str = "GET", body: object = None, timeout: float = 30.0,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"content-type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method, headers={
+        "content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read() or b"null")
@@ -112,7 +112,9 @@ def first_run(server: Server) -> None:
                         {"processorId": "smoke-1", "locationId": "host-a"})
     if status != 201:
         raise SmokeFailed(f"registration answered {status}: {body}")
-    status, body = call(f"{server.url}/processors/smoke-1/heartbeat", "POST", {})
+    lease = {"Coxswain-Lease-Token": body["leaseToken"]}
+    status, body = call(f"{server.url}/processors/smoke-1/heartbeat", "POST", {},
+                        headers=lease)
     if status != 200:
         raise SmokeFailed(f"heartbeat answered {status}: {body}")
     status, body = call(f"{server.url}/jobmodel?processorId=smoke-1&since=0&waitMs=15000")

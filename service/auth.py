@@ -61,6 +61,22 @@ def token_allowed(settings: Settings, authorization: bytes | None) -> bool:
     return scheme.lower() == "bearer" and (_matches(token, admin) or _matches(token, worker))
 
 
+LEASE_TOKEN_HEADER = "Coxswain-Lease-Token"
+
+
+def lease_token(request: Request) -> str | None:
+    """The lease token a processor's call carries (issued by its registration)."""
+    return request.headers.get(LEASE_TOKEN_HEADER)
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the call carries the admin token (an operator, not a processor)."""
+    settings: Settings = request.app.state.settings
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    token = _presented(request)
+    return token is not None and _matches(token, admin)
+
+
 async def require_worker(request: Request) -> None:
     """Dependency of worker routes."""
     _check(request, admin_only=False)

@@ -26,6 +26,7 @@ STATUS_BY_CODE = {
     "not_leader": 503,
     "store_unavailable": 503,
     "lease_contended": 503,
+    "lease_token_required": 401,
     "invalid_elasticity_factor": 422,
     "unsupported_grouper_configuration": 422,
     "invalid_checkpoint": 400,

@@ -72,6 +72,7 @@ class RegisterResponse(Response):
     """A registration's lease terms and the version to fetch."""
 
     processor_id: str
+    lease_token: str
     lease_ttl_ms: int
     heartbeat_interval_ms: int
     job_model_version: int | None

@@ -53,6 +53,10 @@ class CoordinatorClient:
         self._max_attempts = max_attempts
         self._base, self._cap = base_delay_s, max_delay_s
         self._sleep = sleep
+        self._lease_token: str | None = None  # of the last registration
+
+    def _lease(self) -> dict[str, str]:
+        return {"Coxswain-Lease-Token": self._lease_token} if self._lease_token else {}
 
     def close(self) -> None:
         """Close connections."""
@@ -97,6 +101,7 @@ class CoordinatorClient:
         r = self._call("POST", "/processors", json=body)
         self._raise(r)
         d = r.json()
+        self._lease_token = str(d["leaseToken"])  # heartbeats, acks, commits carry it
         return Registration(d["processorId"], int(d["leaseTtlMs"]),
                             int(d["heartbeatIntervalMs"]))
 
@@ -108,14 +113,15 @@ class CoordinatorClient:
             body["taskLags"] = task_lags
         if stats is not None:
             body["stats"] = stats
-        r = self._call("POST", f"/processors/{processor_id}/heartbeat", json=body)
+        r = self._call("POST", f"/processors/{processor_id}/heartbeat", json=body,
+                       headers=self._lease())
         self._raise(r)
         version = r.json().get("jobModelVersion")
         return None if version is None else int(version)
 
     def leave(self, processor_id: str) -> None:
         """Deregister now (graceful stop)."""
-        self._raise(self._call("DELETE", f"/processors/{processor_id}"))
+        self._raise(self._call("DELETE", f"/processors/{processor_id}", headers=self._lease()))
 
     def job_model(self, processor_id: str, since: int | None = None, wait_ms: int = 0,
                   barrier: str | None = None) -> dict[str, Any] | None:
@@ -135,7 +141,8 @@ class CoordinatorClient:
 
     def ack(self, processor_id: str, version: int) -> str:
         """Acknowledge ``version``; returns the barrier state."""
-        r = self._call("POST", f"/jobmodel/{version}/ack", json={"processorId": processor_id})
+        r = self._call("POST", f"/jobmodel/{version}/ack", json={"processorId": processor_id},
+                       headers=self._lease())
         self._raise(r)
         return str(r.json()["barrier"])
 
@@ -149,6 +156,6 @@ class CoordinatorClient:
         """Commit per-bucket offsets; returns how many moved forward (Fenced on 409)."""
         r = self._call("POST", "/checkpoints", json={
             "processorId": processor_id, "jobModelVersion": version,
-            "checkpoints": checkpoints})
+            "checkpoints": checkpoints}, headers=self._lease())
         self._raise(r)
         return int(r.json()["advanced"])

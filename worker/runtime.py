@@ -259,6 +259,9 @@ class Worker:
             except LeaseLost:
                 log.error("lease lost: stopping processing and registering again")
                 self._lease_lost.set()
+            except Fenced as e:  # registered again (elsewhere?) since: this lease is over
+                log.error("lease fenced (%s): stopping processing and registering again", e)
+                self._lease_lost.set()
             except Exception as e:
                 log.warning("heartbeat failed: %s", e)
 

@@ -22,7 +22,7 @@ from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel, TaskModel
 from grouping.serde import ssp_to_json
 from service import deps
-from service.auth import AuthFirstRoute, require_admin, require_worker
+from service.auth import AuthFirstRoute, lease_token, require_admin, require_worker
 from service.errors import ApiError
 from service.metrics import Metrics
 from service.schemas import (
@@ -119,7 +119,7 @@ async def commit_checkpoints(
     except ValidationError as e:
         raise RequestValidationError(e.errors(include_url=False)) from None
     processor_id, version = body["processorId"], body["jobModelVersion"]
-    coordinator.membership.require(processor_id)
+    coordinator.membership.require(processor_id, lease_token(request))
     try:
         model = await coordinator.check_commit(processor_id, version, list(body["checkpoints"]))
     except Fenced:

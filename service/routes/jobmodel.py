@@ -13,7 +13,7 @@ from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel
 from grouping.serde import container_model_to_json
 from service import deps
-from service.auth import AuthFirstRoute, require_worker
+from service.auth import LEASE_TOKEN_HEADER, AuthFirstRoute, require_worker
 from service.errors import ApiError
 from service.schemas import AckRequest, BarrierResponse, ErrorBody
 from service.settings import Settings
@@ -94,8 +94,12 @@ def _render_containers(model: JobModel) -> _Rendered:
 
 @router.post("/jobmodel/{version}/ack", dependencies=[Depends(require_worker)],
              responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
-async def ack(version: int, body: AckRequest, coordinator: Coord) -> BarrierResponse:
-    """Acknowledge ``version`` (after stopping and committing what the processor loses)."""
-    coordinator.membership.require(body.processor_id)
+async def ack(
+    version: int, body: AckRequest, coordinator: Coord,
+    token: Annotated[str | None, Header(alias=LEASE_TOKEN_HEADER, max_length=128)] = None,
+) -> BarrierResponse:
+    """Acknowledge ``version`` (after stopping and committing what the processor loses);
+    the call carries the processor's lease token."""
+    coordinator.membership.require(body.processor_id, token)
     state = await coordinator.ack(version, body.processor_id)
     return BarrierResponse(barrier=state.value)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.lifecycle import Coordinator
 from service import deps
-from service.auth import AuthFirstRoute, require_worker
+from service.auth import LEASE_TOKEN_HEADER, AuthFirstRoute, is_admin, require_worker
 from service.errors import ApiError
 from service.schemas import (
     ErrorBody,
@@ -23,6 +23,9 @@ from service.settings import Settings
 
 router = APIRouter(tags=["processors"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
+LeaseToken = Annotated[str | None, Header(
+    alias=LEASE_TOKEN_HEADER, max_length=128,
+    description="the lease token of the processor's registration")]
 
 
 @router.post("/processors", status_code=201, dependencies=[Depends(require_worker)],
@@ -31,11 +34,16 @@ async def register(
     body: RegisterRequest, coordinator: Coord,
     settings: Annotated[Settings, Depends(deps.settings)],
 ) -> JSONResponse:
-    """Register a processor (201), or renew the same live one at the same location (200)."""
-    lease, created = await coordinator.register(body.processor_id, body.location_id, body.host)
+    """Register a processor (201), or renew the same live one at the same location (200).
+    The answer's ``leaseToken`` identifies this incarnation: its heartbeats, acks, commits
+    and leave carry it (header ``Coxswain-Lease-Token``); a registration issues a new one
+    and fences the previous."""
+    lease, created, token = await coordinator.register(body.processor_id, body.location_id,
+                                                       body.host)
     latest = coordinator.latest
     payload = RegisterResponse(
         processor_id=lease.processor_id,
+        lease_token=token,
         lease_ttl_ms=settings.lease_ttl_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
         job_model_version=latest.version if latest else None,
@@ -44,20 +52,26 @@ async def register(
 
 
 @router.post("/processors/{processor_id}/heartbeat", dependencies=[Depends(require_worker)],
-             responses={404: {"model": ErrorBody}})
+             responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
 async def heartbeat(
-    processor_id: str, body: HeartbeatRequest, coordinator: Coord,
+    processor_id: str, body: HeartbeatRequest, coordinator: Coord, token: LeaseToken = None,
 ) -> VersionResponse:
-    """Renew the lease; report task lags and stats. 404 once the lease expired."""
-    await coordinator.heartbeat(processor_id, body.task_lags, body.stats)
+    """Renew the lease; report task lags and stats. 404 once the lease expired; 409
+    ``fenced`` with the token of an earlier registration."""
+    await coordinator.heartbeat(processor_id, token, body.task_lags, body.stats)
     latest = coordinator.latest
     return VersionResponse(job_model_version=latest.version if latest else None)
 
 
 @router.delete("/processors/{processor_id}", status_code=204,
-               dependencies=[Depends(require_worker)], responses={404: {"model": ErrorBody}})
-async def leave(processor_id: str, coordinator: Coord) -> Response:
-    """The processor leaves now; a rebalance follows."""
+               dependencies=[Depends(require_worker)],
+               responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+async def leave(processor_id: str, request: Request, coordinator: Coord,
+                token: LeaseToken = None) -> Response:
+    """The processor leaves now; a rebalance follows. A processor sends its lease token;
+    an operator removing one uses the admin token instead."""
+    if not is_admin(request):
+        coordinator.membership.require(processor_id, token)
     if not await coordinator.leave(processor_id):
         raise ApiError(404, "unknown_processor", f"processor {processor_id!r} is not registered")
     return Response(status_code=204)

@@ -78,6 +78,11 @@ class Fleet:
         self._lock = threading.Lock()
         self.errors: list[str] = []
         self.lost_leases: list[str] = []
+        self.tokens: dict[str, str] = {}  # lease token of each worker's registration
+
+    def lease(self, pid: str) -> dict[str, str]:
+        """The header carrying ``pid``'s lease token."""
+        return {"Coxswain-Lease-Token": self.tokens[pid]} if pid in self.tokens else {}
 
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send to replicas in turn until one answers with something other than 5xx."""
@@ -105,10 +110,12 @@ class Fleet:
             r = self.call("POST", "/processors", json={"processorId": pid,
                                                         "locationId": f"host-{i % 5}"})
             assert r.status_code in (200, 201), r.text
+            self.tokens[pid] = r.json()["leaseToken"]
 
     def heartbeat_all(self) -> None:
         for pid in self.ids:
-            r = self.call("POST", f"/processors/{pid}/heartbeat", json={})
+            r = self.call("POST", f"/processors/{pid}/heartbeat", json={},
+                          headers=self.lease(pid))
             if r.status_code == 404:
                 self.lost_leases.append(pid)
 
@@ -150,7 +157,7 @@ class Fleet:
                     return model
                 for pid in model["containers"]:
                     self.call("POST", f"/jobmodel/{model['version']}/ack",
-                              json={"processorId": pid})
+                              json={"processorId": pid}, headers=self.lease(pid))
                 continue
             time.sleep(0.1)
         raise AssertionError(

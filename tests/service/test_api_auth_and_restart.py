@@ -22,9 +22,11 @@ def test_tokens_guard_worker_and_operator_routes(start_server: StartServer) -> N
         assert missing.status_code == 401
         assert missing.json()["error"] == "unauthorized"
         assert wrong.post("/processors", json={"locationId": "h"}).status_code == 403
-        assert worker.post("/processors", json={"processorId": "w1",
-                                                "locationId": "h"}).status_code == 201
-        assert admin.post("/processors/w1/heartbeat", json={}).status_code == 200
+        registered = worker.post("/processors", json={"processorId": "w1", "locationId": "h"})
+        assert registered.status_code == 201
+        lease = {"Coxswain-Lease-Token": registered.json()["leaseToken"]}
+        assert admin.post("/processors/w1/heartbeat", json={},
+                          headers=lease).status_code == 200
         denied = worker.post("/scale", json={"elasticityFactor": 2})
         assert denied.status_code == 403
         assert denied.json()["error"] == "forbidden"
@@ -104,3 +106,42 @@ def test_a_conditional_poll_without_a_token_learns_nothing(start_server: StartSe
         assert refused.status_code == 401, refused.text
         assert wrong.get("/jobmodel", headers=etag).status_code == 403
     assert "was never awaited" not in server.log()
+
+
+def test_a_processor_can_act_only_as_itself(start_server: StartServer) -> None:
+    """The worker token says "a worker"; the lease token says which incarnation of which
+    processor (the member epoch of Kafka's KIP-848)."""
+    server = start_server(*ARGS, "--worker-token", "w" * 16, "--admin-token", "a" * 16)
+    with server.client("w" * 16) as c, server.client("a" * 16) as admin:
+        w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
+        w1.register()
+        w2.register()
+        model = wait_for_version(c, 0)
+        while set(model["containers"]) != {"w1", "w2"}:
+            model = wait_for_version(c, model["version"])
+        assert w1.ack(model["version"]).status_code == 200
+        task = w1.tasks(model)
+        as_w2 = w2.lease  # w2 trying to pass as w1 with its own lease token
+        for attempt in (
+            c.post("/processors/w1/heartbeat", json={}, headers=as_w2),
+            c.post(f"/jobmodel/{model['version']}/ack", json={"processorId": "w1"},
+                   headers=as_w2),
+            c.post("/checkpoints", headers=as_w2, json={
+                "processorId": "w1", "jobModelVersion": model["version"],
+                "checkpoints": {n: offsets_for(t, 5) for n, t in task.items()}}),
+            c.delete("/processors/w1", headers=as_w2),
+        ):
+            assert attempt.status_code == 409, attempt.text
+            assert attempt.json()["error"] == "fenced"
+        bare = c.post("/processors/w1/heartbeat", json={})
+        assert bare.status_code == 401 and bare.json()["error"] == "lease_token_required"
+        assert c.delete("/processors/w1").status_code == 401
+        # a new registration of w1 fences the earlier incarnation
+        stale = w1.lease
+        w1.register()
+        old = c.post("/processors/w1/heartbeat", json={}, headers=stale)
+        assert old.status_code == 409, old.text
+        assert w1.heartbeat().status_code == 200
+        # an operator removes a processor with the admin token alone
+        assert admin.delete("/processors/w2").status_code == 204
+        assert w2.heartbeat().status_code == 404

@@ -30,8 +30,9 @@ def owner_of(model: dict[str, Any], task: str) -> str:
 def commit(c: httpx.Client, model: dict[str, Any], task: str, offset: int) -> httpx.Response:
     pid = owner_of(model, task)
     t = model["containers"][pid]["tasks"][task]
-    return c.post("/checkpoints", json={"processorId": pid, "jobModelVersion": model["version"],
-                                        "checkpoints": {task: offsets_for(t, offset)}})
+    return c.post("/checkpoints", headers=SimWorker.lease_of(pid),
+                  json={"processorId": pid, "jobModelVersion": model["version"],
+                        "checkpoints": {task: offsets_for(t, offset)}})
 
 
 def read(c: httpx.Client, *tasks: str) -> dict[str, Any]:
@@ -97,11 +98,12 @@ def test_fencing_and_offsets_never_move_backwards(start_server: StartServer) -> 
         t0 = model["containers"][owner]["tasks"]["Partition 0"]
         body = {"processorId": other, "jobModelVersion": model["version"],
                 "checkpoints": {"Partition 0": offsets_for(t0, 10)}}
-        fenced = c.post("/checkpoints", json=body)
+        fenced = c.post("/checkpoints", json=body, headers=SimWorker.lease_of(other))
         assert fenced.status_code == 409
         assert fenced.json()["error"] == "fenced"
-        future = c.post("/checkpoints", json={**body, "processorId": owner,
-                                              "jobModelVersion": model["version"] + 1})
+        future = c.post("/checkpoints", headers=SimWorker.lease_of(owner),
+                        json={**body, "processorId": owner,
+                              "jobModelVersion": model["version"] + 1})
         assert future.status_code == 409
         assert commit(c, model, "Partition 0", 50).json()["advanced"] == 1
         assert commit(c, model, "Partition 0", 20).json() == {"committed": 1, "advanced": 0,
@@ -124,7 +126,7 @@ def test_v2_checkpoint_id_and_state_markers_round_trip(start_server: StartServer
         _, model = setup_two_workers(c)
         pid = owner_of(model, "Partition 1")
         task = model["containers"][pid]["tasks"]["Partition 1"]
-        r = c.post("/checkpoints", json={
+        r = c.post("/checkpoints", headers=SimWorker.lease_of(pid), json={
             "processorId": pid, "jobModelVersion": model["version"],
             "checkpoints": {"Partition 1": {
                 **offsets_for(task, 7), "checkpointId": "1614147487244-33577",
@@ -147,7 +149,8 @@ def test_bad_checkpoint_input_is_refused_and_writes_nothing(start_server: StartS
         base = {"processorId": pid, "jobModelVersion": model["version"]}
 
         def post(checkpoints: Any, **extra: Any) -> httpx.Response:
-            return c.post("/checkpoints", json={**base, "checkpoints": checkpoints, **extra})
+            return c.post("/checkpoints", json={**base, "checkpoints": checkpoints, **extra},
+                          headers=SimWorker.lease_of(pid))
 
         cases = {
             "negative": post({"Partition 0": offsets_for(task, 0) | {"inputOffsets": [

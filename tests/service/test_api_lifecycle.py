@@ -28,10 +28,14 @@ def test_registration_conflict_and_leave(start_server: StartServer) -> None:
     with server.client() as c:
         first = c.post("/processors", json={"processorId": "w1", "locationId": "host-a"})
         assert first.status_code == 201
-        assert first.json() == {"processorId": "w1", "leaseTtlMs": 1500,
-                                "heartbeatIntervalMs": 300, "jobModelVersion": None}
+        token = first.json().pop("leaseToken")
+        assert len(token) >= 32
+        assert {k: v for k, v in first.json().items() if k != "leaseToken"} == {
+            "processorId": "w1", "leaseTtlMs": 1500, "heartbeatIntervalMs": 300,
+            "jobModelVersion": None}
         again = c.post("/processors", json={"processorId": "w1", "locationId": "host-a"})
         assert again.status_code == 200
+        assert again.json()["leaseToken"] != token  # a new incarnation, a new token
         moved = c.post("/processors", json={"processorId": "w1", "locationId": "host-b"})
         assert moved.status_code == 409
         assert moved.json()["error"] == "processor_conflict"
@@ -41,8 +45,9 @@ def test_registration_conflict_and_leave(start_server: StartServer) -> None:
         listed = {p["processorId"]: p for p in c.get("/processors").json()}
         assert set(listed) == {"w1", generated.json()["processorId"]}
         assert listed["w1"]["locationId"] == "host-a"
-        assert c.delete("/processors/w1").status_code == 204
-        gone = c.delete("/processors/w1")
+        lease = {"Coxswain-Lease-Token": again.json()["leaseToken"]}
+        assert c.delete("/processors/w1", headers=lease).status_code == 204
+        gone = c.delete("/processors/w1", headers=lease)
         assert gone.status_code == 404
         assert gone.json()["error"] == "unknown_processor"
 
@@ -165,13 +170,15 @@ def test_ack_errors(start_server: StartServer) -> None:
         w1 = SimWorker(c, "w1", "host-a")
         w1.register()
         version = wait_for_version(c, 0)["version"]
-        unknown = c.post(f"/jobmodel/{version + 5}/ack", json={"processorId": "w1"})
+        unknown = c.post(f"/jobmodel/{version + 5}/ack", json={"processorId": "w1"},
+                         headers=w1.lease)
         assert unknown.status_code == 404
         assert unknown.json()["error"] == "unknown_job_model_version"
         stranger = c.post(f"/jobmodel/{version}/ack", json={"processorId": "nobody"})
         assert stranger.status_code == 404
         assert stranger.json()["error"] == "unknown_processor"
-        extra = c.post(f"/jobmodel/{version}/ack", json={"processorId": "w1", "x": 1})
+        extra = c.post(f"/jobmodel/{version}/ack", json={"processorId": "w1", "x": 1},
+                       headers=w1.lease)
         assert extra.status_code == 422
         assert extra.json()["error"] == "invalid_request"
 

@@ -15,7 +15,7 @@ ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "6
 
 def _raw_heartbeat(c: httpx.Client, body: str) -> tuple[int, str]:
     r = c.post("/processors/w1/heartbeat", content=body,
-               headers={"content-type": "application/json"})
+               headers={"content-type": "application/json", **SimWorker.lease_of("w1")})
     return r.status_code, r.text
 
 
@@ -65,5 +65,5 @@ def test_lags_of_unknown_tasks_are_dropped_and_series_leave_with_their_processor
         assert "invented-" not in metrics
         assert 'coxswain_task_lag{processor="w1",task="Partition 1"} 7.0' in metrics
         assert len(metrics) < 100_000
-        assert c.delete("/processors/w1").status_code == 204
+        assert w1.leave().status_code == 204
         assert 'processor="w1"' not in c.get("/metrics").text

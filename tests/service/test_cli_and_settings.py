@@ -172,12 +172,13 @@ def _try_what_it_suggests(banner: str, tmp_path: Path) -> None:
     server = Server(tmp_path, [*serve[1:], "--debounce-ms", "50"]).start()
     try:
         with server.client() as c:
-            c.post("/processors", json={"processorId": "w1", "locationId": "a"})
+            w1 = SimWorker(c, "w1", "a")
+            w1.register()
             since, containers = 0, dict[str, Any]()
             deadline = time.monotonic() + 30
             while not containers.get("w1", {}).get("tasks") and time.monotonic() < deadline:
                 # a first version may precede the registration or the partitions' discovery
-                c.post("/processors/w1/heartbeat", json={})
+                w1.heartbeat()
                 model = c.get("/jobmodel", params={"processorId": "w1", "since": since,
                                                    "waitMs": 1000})
                 if model.status_code == 200:

@@ -92,12 +92,12 @@ def test_a_commit_tagged_before_the_task_went_elsewhere_and_came_back_is_fenced(
         assert w1.commit(first["version"], {"Partition 0": offsets_for(task, 10)}).is_success
         # w1 leaves: the task goes to w2, which works on it and commits
         w2.register()
-        assert c.delete("/processors/w1").status_code == 204
+        assert w1.leave().status_code == 204
         second = _wait_owner(c, first["version"], "w2", [w2])
         assert w2.commit(second["version"], {"Partition 0": offsets_for(task, 50)}).is_success
         # w1 comes back and w2 leaves: the task is w1's again
         w1.register()
-        assert c.delete("/processors/w2").status_code == 204
+        assert w2.leave().status_code == 204
         third = _wait_owner(c, second["version"], "w1", [w1])
         # a late commit of w1's first ownership (version 1) is stale, whatever its offset
         stale = w1.commit(first["version"], {"Partition 0": offsets_for(task, 70)})

@@ -78,9 +78,10 @@ def test_readme_example_register_heartbeat_then_first_job_model(
 ) -> None:
     server = start_server("--input", "kafka.orders:8")
     with httpx.Client(base_url=server.url, timeout=30) as c:
-        assert c.post("/processors", json={"processorId": "w1",
-                                           "locationId": "host-a"}).status_code == 201
-        assert c.post("/processors/w1/heartbeat", json={}).status_code == 200
+        registered = c.post("/processors", json={"processorId": "w1", "locationId": "host-a"})
+        assert registered.status_code == 201
+        lease = {"Coxswain-Lease-Token": registered.json()["leaseToken"]}
+        assert c.post("/processors/w1/heartbeat", json={}, headers=lease).status_code == 200
         # the README's long poll waits for the first model instead
         model = c.get("/jobmodel", params={"processorId": "w1", "since": 0,
                                            "waitMs": 10000})

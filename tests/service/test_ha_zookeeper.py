@@ -27,7 +27,7 @@ def commit_everything(fleet: Fleet, model: dict[str, Any], offset: int) -> None:
             continue  # more workers than tasks
         r = fleet.call("POST", "/checkpoints", json={
             "processorId": pid, "jobModelVersion": model["version"],
-            "checkpoints": checkpoints})
+            "checkpoints": checkpoints}, headers=fleet.lease(pid))
         assert r.status_code == 200, r.text
 
 
@@ -122,7 +122,9 @@ def test_processors_registered_on_a_follower_join_when_the_leader_hears_them_fir
             r = httpx.post(f"{follower.url}/processors",
                            json={"processorId": pid, "locationId": "host-1"}, timeout=5)
             assert r.status_code == 201, r.text
-            beat = httpx.post(f"{leader.url}/processors/{pid}/heartbeat", json={}, timeout=5)
+            fleet.tokens[pid] = r.json()["leaseToken"]
+            beat = httpx.post(f"{leader.url}/processors/{pid}/heartbeat", json={}, timeout=5,
+                              headers=fleet.lease(pid))
             assert beat.status_code == 200, beat.text
             fleet.ids.append(pid)
         with fleet.heartbeating(0.3):
@@ -147,7 +149,8 @@ def test_zookeeper_down_read_only_then_recovers(tmp_path: Path) -> None:
                 served = httpx.get(f"{s.url}/jobmodel", timeout=5)  # the last model, read-only
                 assert served.status_code == 200
                 assert served.json()["version"] == model["version"]
-                beat = httpx.post(f"{s.url}/processors/w00/heartbeat", json={}, timeout=15)
+                beat = httpx.post(f"{s.url}/processors/w00/heartbeat", json={}, timeout=15,
+                                  headers=fleet.lease("w00"))
                 assert beat.status_code == 503
                 assert beat.json()["error"] == "store_unavailable"
             zk.start_member(1)
@@ -212,8 +215,8 @@ def test_long_polls_on_a_follower_wake_with_the_leaders_publication(
             assert woke["config"]["elasticityFactor"] == 4
             # and an ack through the follower completes the leader's barrier
             for pid in woke["containers"]:
-                assert c.post(f"/jobmodel/{woke['version']}/ack",
-                              json={"processorId": pid}).status_code == 200
+                assert c.post(f"/jobmodel/{woke['version']}/ack", json={"processorId": pid},
+                              headers=fleet.lease(pid)).status_code == 200
             assert fleet.settle()["version"] == woke["version"]
             deadline = time.monotonic() + 5  # the leader learns it through its watch
             while lc.get("/status").json()["activeVersion"] != woke["version"]:

@@ -35,8 +35,8 @@ def _heartbeat_until_ok(url: str, pid: str, timeout_s: float) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            status = httpx.post(f"{url}/processors/{pid}/heartbeat", json={},
-                                timeout=5).status_code
+            status = httpx.post(f"{url}/processors/{pid}/heartbeat", json={}, timeout=5,
+                                headers=SimWorker.lease_of(pid)).status_code
         except httpx.HTTPError:
             status = 0  # not answering (restarting)
         seen.append(status)
@@ -108,13 +108,14 @@ def test_a_zookeeper_outage_longer_than_the_lease_ttl_costs_no_lease(tmp_path: P
                 model = _settled(c, SimWorker(c, "w1", "host-a"))
                 zk.stop_member(1, signal.SIGKILL)
                 time.sleep(TTL_MS / 1000 * 2)  # longer than the TTL, within the session
-                beat = c.post("/processors/w1/heartbeat", json={})
+                w1 = SimWorker(c, "w1", "host-a")
+                beat = w1.heartbeat()
                 assert beat.status_code == 503, beat.text
                 zk.start_member(1)
                 seen = _heartbeat_until_ok(url, "w1", 30)
                 assert seen[-1] == 200, seen
                 for _ in range(int(TTL_MS / 400) + 2):
-                    assert c.post("/processors/w1/heartbeat", json={}).status_code == 200
+                    assert w1.heartbeat().status_code == 200
                     time.sleep(0.4)
                 now = c.get("/jobmodel").json()
                 assert "w1" in now["containers"]

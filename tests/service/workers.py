@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -10,20 +10,42 @@ import httpx
 class SimWorker:
     """Register, heartbeat, follow job models, ack and commit, as a real worker would."""
 
+    # lease tokens by processor id, shared by every SimWorker of a test run: a test may
+    # build a new SimWorker for a processor registered earlier (as after a restart)
+    tokens: ClassVar[dict[str, str]] = {}
+
     def __init__(self, client: httpx.Client, processor_id: str, location_id: str) -> None:
         self.client = client
         self.processor_id = processor_id
         self.location_id = location_id
 
+    @property
+    def lease(self) -> dict[str, str]:
+        """The header carrying this processor's lease token."""
+        return SimWorker.lease_of(self.processor_id)
+
+    @staticmethod
+    def lease_of(processor_id: str) -> dict[str, str]:
+        """The header carrying the lease token of ``processor_id``'s last registration."""
+        token = SimWorker.tokens.get(processor_id)
+        return {"Coxswain-Lease-Token": token} if token else {}
+
     def register(self) -> httpx.Response:
-        return self.client.post("/processors", json={
+        r = self.client.post("/processors", json={
             "processorId": self.processor_id, "locationId": self.location_id})
+        if r.status_code in (200, 201):
+            SimWorker.tokens[self.processor_id] = r.json()["leaseToken"]
+        return r
 
     def heartbeat(self, task_lags: dict[str, int] | None = None) -> httpx.Response:
         body: dict[str, Any] = {}
         if task_lags is not None:
             body["taskLags"] = task_lags
-        return self.client.post(f"/processors/{self.processor_id}/heartbeat", json=body)
+        return self.client.post(f"/processors/{self.processor_id}/heartbeat", json=body,
+                                headers=self.lease)
+
+    def leave(self) -> httpx.Response:
+        return self.client.delete(f"/processors/{self.processor_id}", headers=self.lease)
 
     def job_model(self, since: int | None = None, wait_ms: int = 0) -> httpx.Response:
         params: dict[str, Any] = {"processorId": self.processor_id}
@@ -39,13 +61,13 @@ class SimWorker:
 
     def ack(self, version: int) -> httpx.Response:
         return self.client.post(f"/jobmodel/{version}/ack",
-                                json={"processorId": self.processor_id})
+                                json={"processorId": self.processor_id}, headers=self.lease)
 
     def commit(self, version: int, checkpoints: dict[str, dict[str, Any]]) -> httpx.Response:
         """``checkpoints``: task -> {ssp json key 'p/b' ...} built by the caller."""
         return self.client.post("/checkpoints", json={
             "processorId": self.processor_id, "jobModelVersion": version,
-            "checkpoints": checkpoints})
+            "checkpoints": checkpoints}, headers=self.lease)
 
 
 def wait_for_version(client: httpx.Client, since: int, wait_ms: int = 10_000) -> dict[str, Any]:
