@@ -164,6 +164,7 @@ class Coordinator:
         self._stopping = False
         self._lead_since = clock.now()
         self._store_lost_at: float | None = None  # when a sweep first found the store down
+        self._barrier_outcomes: dict[int, bool] = {}  # version -> its barrier was done
         self._desired_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -717,6 +718,10 @@ class Coordinator:
                     for name in (t.name for t in c.active_tasks)}
         known = self._known_locality
 
+        for old in [v for v in self._barrier_outcomes
+                    if v < barrier.version - 2 * self.config.keep_job_models]:
+            del self._barrier_outcomes[old]  # older than any model still kept
+
         def persist() -> None:
             self._models.set_active(barrier.version)
             self._locality.write(locality, known)
@@ -794,21 +799,37 @@ class Coordinator:
                              f"active in the active job model (version {active.version})")
         if version == active.version:
             return active
-        tagged: JobModel | None = None
+        tagged = await self.model(version)
+        if tagged is None:
+            raise Fenced(f"version {version} is stale and no longer known")
         for v in range(active.version - 1, version - 1, -1):  # newest first: fails sooner
-            model = await self.model(v)
+            # Only versions whose barrier completed can have had another processor work on
+            # the task; a version superseded or timed out before that never ran anywhere
+            # (a worker that never saw it rightly kept its query across it).
+            if v != version and not await self._barrier_completed(v):
+                continue
+            model = tagged if v == version else await self.model(v)
             if model is None:
-                raise Fenced(f"version {version} is stale and no longer known"
-                             if v == version else
-                             f"version {version} is stale: version {v} is no longer known")
+                raise Fenced(f"version {version} is stale: version {v} is no longer known")
             owner = _owners(model)
             for name in task_names:
                 if owner.get(name) != processor_id:
                     raise Fenced(f"version {version} is stale: processor {processor_id!r} "
                                  f"did not own task {name!r} in version {v}")
-            tagged = model
-        assert tagged is not None
         return tagged
+
+    async def _barrier_completed(self, version: int) -> bool:
+        """Whether ``version``'s barrier was ever done (then processors may have run it);
+        an unknown barrier counts as done. Final states are remembered."""
+        known = self._barrier_outcomes.get(version)
+        if known is not None:
+            return known
+        barrier = await self._io(lambda: self._barriers.load(version))
+        if barrier is None:
+            return True
+        if barrier.state is not BarrierState.PENDING:
+            self._barrier_outcomes[version] = barrier.state is BarrierState.DONE
+        return barrier.state is BarrierState.DONE
 
     # ------------------------------------------------------------------ helpers
 

@@ -108,6 +108,33 @@ def test_a_commit_tagged_before_the_task_went_elsewhere_and_came_back_is_fenced(
         assert w1.commit(third["version"], {"Partition 0": offsets_for(task, 70)}).is_success
 
 
+def test_a_version_that_never_ran_does_not_fence_a_worker_that_kept_its_query(
+    start_server: StartServer,
+) -> None:
+    """w1's query of version 1 outlives version 2, in which a task went to w2 but whose
+    barrier never completed (superseded by version 3, which gives it back): nobody worked
+    on the task under version 2, so w1's commits tagged 1 stand."""
+    server = start_server("--input", "kafka.orders:2", "--debounce-ms", "50",
+                          "--lease-ttl-ms", "60000", "--barrier-timeout-ms", "60000")
+    with server.client() as c:
+        w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
+        w1.register()
+        first = _wait_owner(c, 0, "w1", [w1])
+        tasks = w1.tasks(first)
+        assert sorted(tasks) == ["Partition 0", "Partition 1"]
+        w2.register()
+        second = wait_for_version(c, first["version"])
+        assert w2.tasks(second), second  # a task moved to w2 ...
+        assert w1.ack(second["version"]).status_code == 200  # ... w2 never acks
+        assert w2.leave().status_code == 204
+        third = wait_for_version(c, second["version"])
+        assert sorted(w1.tasks(third)) == ["Partition 0", "Partition 1"]
+        assert ack_all([w1], third["version"]) == "done"
+        moved = next(iter(w2.tasks(second)))
+        late = w1.commit(first["version"], {moved: offsets_for(tasks[moved], 40)})
+        assert late.status_code == 200, late.text
+
+
 def _metadata_store(data_dir: Path) -> SqlMetadataStore:
     engine = make_engine(f"sqlite:///{data_dir / 'coxswain.db'}")
     upgrade(engine)

@@ -83,6 +83,7 @@ def test_a_paused_leader_cannot_publish_after_it_was_replaced(
         r = httpx.post(f"{old.url}/processors",
                        json={"processorId": "late", "locationId": "host-x"})
         assert r.status_code == 201
+        fleet.tokens["late"] = r.json()["leaseToken"]
         assert old.proc is not None
         old.proc.send_signal(signal.SIGSTOP)
         try:
