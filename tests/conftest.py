@@ -19,6 +19,7 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from service.local.kafka import LocalKafka  # noqa: E402
+from service.local.s3 import CREDENTIALS, LocalS3  # noqa: E402
 from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
 
@@ -55,3 +56,19 @@ def kafka() -> Iterator[LocalKafka]:
     broker = LocalKafka.create().start()
     yield broker
     broker.destroy()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[LocalS3]:
+    """One real S3 API server (moto's standalone server) for the whole run, stopped at
+    the end. Clients get its credentials from the usual AWS variables."""
+    server = LocalS3.start()
+    saved = {k: os.environ.get(k) for k in CREDENTIALS}
+    os.environ.update(CREDENTIALS)
+    yield server
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.stop()

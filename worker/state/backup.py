@@ -1,0 +1,117 @@
+"""Backups of snapshots to the blob store, incremental, and the index that names them.
+
+Blobs are content-addressed (``files/{sha256}``): a file already uploaded, by this task or
+any other, is never uploaded again, so a checkpoint uploads only the SST files written
+since the previous one. The snapshot index (``indexes/{task}/{checkpoint id}.json``)
+lists every file of the snapshot with its blob, size and digest; it is written last, and
+its key is the state checkpoint marker committed with the offsets (checkpoint v2). A crash
+before the index leaves only unreferenced blobs (collected later, see ``gc``); the
+previous marker stays the committed one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from worker.state.blobs import BlobStore
+from worker.state.snapshot import Digests, FileInfo, inventory
+
+MARKER_BACKEND = "blob"  # the stateCheckpointMarkers key of this backend
+STORE_NAME = "state"  # one store per task
+
+
+def blob_key(info: FileInfo) -> str:
+    """Where a file's content lives in the blob store."""
+    return f"files/{info.sha256}"
+
+
+def index_key(task_name: str, checkpoint_id: str) -> str:
+    """Where the index of a task's snapshot lives (the task name URL-quoted)."""
+    return f"indexes/{quote(task_name, safe='')}/{checkpoint_id}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotIndex:
+    """The files of one snapshot of one task."""
+
+    task_name: str
+    checkpoint_id: str
+    files: Mapping[str, FileInfo]
+    created_at: float
+
+    @property
+    def size(self) -> int:
+        """Bytes of state."""
+        return sum(f.size for f in self.files.values())
+
+    def to_bytes(self) -> bytes:
+        """JSON."""
+        return json.dumps({
+            "version": 1, "taskName": self.task_name, "checkpointId": self.checkpoint_id,
+            "createdAt": self.created_at,
+            "files": {name: {"size": f.size, "sha256": f.sha256, "blob": blob_key(f)}
+                      for name, f in sorted(self.files.items())}},
+            sort_keys=True).encode()
+
+    @staticmethod
+    def from_bytes(raw: bytes) -> SnapshotIndex:
+        """Inverse of :meth:`to_bytes`."""
+        data = json.loads(raw)
+        if data.get("version") != 1:
+            raise ValueError(f"unknown snapshot index version {data.get('version')!r}")
+        return SnapshotIndex(
+            data["taskName"], data["checkpointId"],
+            {name: FileInfo(int(f["size"]), str(f["sha256"]))
+             for name, f in data["files"].items()},
+            float(data["createdAt"]))
+
+
+@dataclass(frozen=True, slots=True)
+class UploadResult:
+    """What a backup did: its marker, and how much it sent."""
+
+    marker: str
+    index: SnapshotIndex
+    uploaded_files: int
+    uploaded_bytes: int
+    reused_files: int
+    seconds: float
+
+
+class Uploader:
+    """Uploads snapshots; remembers which blobs are known to be stored."""
+
+    def __init__(self, blobs: BlobStore, parallelism: int = 8) -> None:
+        self._blobs = blobs
+        self._parallelism = parallelism
+        self._stored: set[str] = set()  # blob keys uploaded or seen in the store
+
+    def upload(self, task_name: str, checkpoint_id: str, folder: Path,
+               digests: Digests) -> UploadResult:
+        """Upload what the store lacks of ``folder``'s files, then the index. Raises on
+        any failure (the commit then fails; nothing that is committed changes)."""
+        started = time.perf_counter()
+        files = inventory(folder, digests)
+        missing = {blob_key(info): folder / name for name, info in files.items()
+                   if blob_key(info) not in self._stored}
+        with ThreadPoolExecutor(self._parallelism) as pool:
+            present = dict(zip(missing, pool.map(self._blobs.exists, missing), strict=True))
+            to_send = {key: path for key, path in missing.items() if not present[key]}
+            list(pool.map(lambda kv: self._blobs.put_file(*kv), to_send.items()))
+        self._stored.update(missing)
+        index = SnapshotIndex(task_name, checkpoint_id, files, time.time())
+        marker = index_key(task_name, checkpoint_id)
+        self._blobs.put(marker, index.to_bytes())
+        return UploadResult(marker, index, len(to_send),
+                            sum(files[p.name].size for p in to_send.values()),
+                            len(files) - len(to_send), time.perf_counter() - started)
+
+    def forget(self, keys: set[str]) -> None:
+        """Blobs deleted by garbage collection are no longer known to be stored."""
+        self._stored -= keys

@@ -1,0 +1,138 @@
+"""The blob store behind one small interface: ``file:///dir`` (the embedded default: one
+host, or a shared volume) and ``s3://bucket/prefix`` for any S3-compatible service.
+
+Both through obstore (Rust's ``object_store``, as used by Delta and Iceberg clients):
+one client for both backends, multipart uploads of large files, no botocore in the
+worker's hot path. Credentials for S3 come from the usual AWS variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``/``AWS_DEFAULT_REGION``).
+Transfers are retried by obstore (exponential backoff on 5xx and timeouts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+import obstore
+from obstore.store import LocalStore, S3Store
+
+
+class BlobStore(Protocol):
+    """Named immutable blobs."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` under ``key`` (whole, or not at all)."""
+        ...
+
+    def put_file(self, key: str, path: Path) -> None:
+        """Upload the file at ``path`` under ``key``."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The blob under ``key`` (KeyError when absent)."""
+        ...
+
+    def get_file(self, key: str, path: Path) -> int:
+        """Download ``key`` into ``path`` (written beside it, then renamed); its size."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is stored."""
+        ...
+
+    def list(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """(key, last-modified time) of every blob under ``prefix``."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (nothing if absent)."""
+        ...
+
+
+class ObjectBlobStore:
+    """A ``BlobStore`` on an obstore store, under a key prefix."""
+
+    def __init__(self, store: LocalStore | S3Store, prefix: str = "") -> None:
+        self._store = store
+        self._prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+
+    def _key(self, key: str) -> str:
+        return self._prefix + key
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` under ``key``."""
+        obstore.put(self._store, self._key(key), data)
+
+    def put_file(self, key: str, path: Path) -> None:
+        """Upload ``path`` (multipart when large)."""
+        with path.open("rb") as f:
+            obstore.put(self._store, self._key(key), f)
+
+    def get(self, key: str) -> bytes:
+        """The blob under ``key``."""
+        try:
+            return bytes(obstore.get(self._store, self._key(key)).bytes())
+        except FileNotFoundError as e:
+            raise KeyError(key) from e
+
+    def get_file(self, key: str, path: Path) -> int:
+        """Stream ``key`` into ``path`` atomically; its size."""
+        partial = path.with_name(path.name + ".partial")
+        size = 0
+        try:
+            result = obstore.get(self._store, self._key(key))
+        except FileNotFoundError as e:
+            raise KeyError(key) from e
+        with partial.open("wb") as out:
+            for chunk in result.stream(min_chunk_size=1 << 20):
+                out.write(chunk)
+                size += len(chunk)
+        partial.rename(path)
+        return size
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is stored."""
+        try:
+            obstore.head(self._store, self._key(key))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def list(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """(key, last modified) under ``prefix``."""
+        for batch in obstore.list(self._store, prefix=self._key(prefix)):
+            for meta in batch:
+                yield meta["path"][len(self._prefix):], meta["last_modified"].timestamp()
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``."""
+        with contextlib.suppress(FileNotFoundError):
+            obstore.delete(self._store, self._key(key))
+
+
+def open_blob_store(url: str, endpoint: str | None = None) -> ObjectBlobStore:
+    """The blob store of ``url``: ``file:///dir`` or ``s3://bucket[/prefix]``
+    (``endpoint``: an S3-compatible service's URL, e.g. MinIO or a test server)."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        root = Path(parsed.path)
+        root.mkdir(parents=True, exist_ok=True)
+        return ObjectBlobStore(LocalStore(str(root)))
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ValueError(f"an s3 blob store URL names a bucket: s3://BUCKET[/PREFIX], "
+                             f"got {url!r}")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        options: dict[str, str | bool] = {}
+        if endpoint:
+            options["endpoint"] = endpoint
+        store = S3Store(parsed.netloc, region=region or "us-east-1",
+                        client_options={"allow_http": bool(endpoint and
+                                                           endpoint.startswith("http:"))},
+                        virtual_hosted_style_request=False, **options)  # type: ignore[arg-type]
+        return ObjectBlobStore(store, parsed.path)
+    raise ValueError(f"blob store URL must be file:///DIR or s3://BUCKET[/PREFIX], got {url!r}")

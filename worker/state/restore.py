@@ -1,0 +1,115 @@
+"""A task's state from its committed marker, fetching only what is not here already.
+
+If this processor's state dir holds the snapshot the marker names (the task came back to
+its host: SAMZA-1554), it is used as it is: zero bytes downloaded. Otherwise the snapshot
+is assembled from files already here (any local snapshot of the task holding a file with
+the same digest, hard-linked) and downloads of the rest, in parallel, each checked against
+its digest; it is built beside its final place and renamed into it, so a crash or a
+failed download never leaves a snapshot that looks whole.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker.state.backup import SnapshotIndex, blob_key
+from worker.state.blobs import BlobStore
+from worker.state.snapshot import (
+    Digests,
+    FileInfo,
+    clone,
+    inventory,
+    snapshot_dir,
+    task_dir,
+)
+from worker.state.store import TaskStore
+
+
+class CorruptBlob(Exception):
+    """A downloaded file does not have the digest its index names."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """Where the snapshot is and what it cost."""
+
+    folder: Path
+    index: SnapshotIndex
+    downloaded_files: int
+    downloaded_bytes: int
+    local_files: int
+    seconds: float
+
+    @property
+    def source(self) -> str:
+        """``local`` (nothing downloaded), ``partial`` or ``remote`` (everything)."""
+        if self.downloaded_files == 0:
+            return "local"
+        return "remote" if self.local_files == 0 else "partial"
+
+
+def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Digests,
+                     parallelism: int = 8) -> RestoreResult:
+    """Make the snapshot ``marker`` names present under ``state_dir``."""
+    started = time.perf_counter()
+    index = SnapshotIndex.from_bytes(blobs.get(marker))
+    target = snapshot_dir(state_dir, index.task_name, index.checkpoint_id)
+    if target.exists() and inventory(target, digests) == dict(index.files):
+        return RestoreResult(target, index, 0, 0, len(index.files),
+                             time.perf_counter() - started)
+    local = _local_files(state_dir, index.task_name, digests)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    fetch: dict[str, FileInfo] = {}
+    for name, info in index.files.items():
+        have = local.get(info.sha256)
+        if have is not None and name.endswith(".sst"):
+            os.link(have, staging / name)
+        elif have is not None:
+            shutil.copy2(have, staging / name)  # mutable RocksDB files are copied
+        else:
+            fetch[name] = info
+
+    def download(item: tuple[str, FileInfo]) -> int:
+        name, info = item
+        size = blobs.get_file(blob_key(info), staging / name)
+        if digests.of(staging / name) != info:
+            raise CorruptBlob(f"{blob_key(info)} does not match the index of {marker}")
+        return size
+
+    with ThreadPoolExecutor(parallelism) as pool:
+        sizes = list(pool.map(download, fetch.items()))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return RestoreResult(target, index, len(fetch), sum(sizes), len(index.files) - len(fetch),
+                         time.perf_counter() - started)
+
+
+def open_live(state_dir: Path, task_name: str, snapshot: Path | None) -> TaskStore:
+    """The task's live store, started from ``snapshot`` (None: empty state). Always from a
+    committed snapshot, never from a live store left behind: that one may be ahead of the
+    checkpoint (a batch processed but not committed)."""
+    live = task_dir(state_dir, task_name) / "live"
+    if snapshot is None:
+        shutil.rmtree(live, ignore_errors=True)
+    else:
+        clone(snapshot, live)
+    return TaskStore(live)
+
+
+def _local_files(state_dir: Path, task_name: str, digests: Digests) -> dict[str, Path]:
+    """Files of the task's local snapshots, by digest."""
+    found: dict[str, Path] = {}
+    root = task_dir(state_dir, task_name) / "snapshots"
+    if root.exists():
+        for folder in sorted(root.iterdir()):
+            if folder.is_dir() and not folder.name.endswith(".partial"):
+                for name, info in inventory(folder, digests).items():
+                    found.setdefault(info.sha256, folder / name)
+    return found

@@ -1,0 +1,102 @@
+"""Local snapshots of a task's state and what files they hold.
+
+Layout under a processor's state dir (``--state-dir``), per task::
+
+    {task}/live/                      the store the task writes (RocksDB)
+    {task}/snapshots/{checkpoint id}/ one RocksDB checkpoint per committed batch
+
+A snapshot is immutable once made. RocksDB's SST files never change after they are
+written, so a file's digest is computed once and remembered by (inode, size, mtime);
+snapshots share SST files by hard link, and so share the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One file of a snapshot: its size and SHA-256 (hex)."""
+
+    size: int
+    sha256: str
+
+
+def task_dir(state_dir: Path, task_name: str) -> Path:
+    """The folder of ``task_name``'s state (task names have spaces and brackets: each
+    character outside ``[A-Za-z0-9_.-]`` becomes ``_XX``, its hex code, so names stay
+    distinct and readable)."""
+    return state_dir / _SAFE.sub(lambda m: f"_{ord(m.group()):02x}", task_name)
+
+
+def snapshot_dir(state_dir: Path, task_name: str, checkpoint_id: str) -> Path:
+    """Where the snapshot of ``checkpoint_id`` lives."""
+    return task_dir(state_dir, task_name) / "snapshots" / checkpoint_id
+
+
+class Digests:
+    """SHA-256 of files, each read once while it keeps its inode, size and mtime."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, int, int, int], str] = {}
+
+    def of(self, path: Path) -> FileInfo:
+        """The size and digest of ``path``."""
+        st = path.stat()
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        digest = self._known.get(key)
+        if digest is None:
+            h = hashlib.sha256()
+            with path.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            digest = h.hexdigest()
+            self._known[key] = digest
+        return FileInfo(st.st_size, digest)
+
+    def of_folder(self, folder: Path) -> dict[str, FileInfo]:
+        """Every file of a snapshot folder by name (see :func:`inventory`)."""
+        return inventory(folder, self)
+
+
+def inventory(folder: Path, digests: Digests) -> dict[str, FileInfo]:
+    """Every file of a snapshot folder by name (a RocksDB checkpoint is flat)."""
+    return {p.name: digests.of(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def clone(source: Path, target: Path) -> None:
+    """A working copy of a snapshot: SST files hard-linked (immutable; RocksDB deletes
+    rather than rewrites them), the small mutable ones (MANIFEST, CURRENT, OPTIONS, WAL)
+    copied. Built beside ``target`` and renamed into place, so a crash leaves either
+    nothing or the whole copy."""
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for f in source.iterdir():
+        if f.suffix == ".sst":
+            os.link(f, staging / f.name)
+        else:
+            shutil.copy2(f, staging / f.name)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def remove_older(state_dir: Path, task_name: str, keep: set[str]) -> list[str]:
+    """Delete local snapshots of ``task_name`` other than ``keep``; returns their ids."""
+    root = task_dir(state_dir, task_name) / "snapshots"
+    if not root.exists():
+        return []
+    removed = []
+    for folder in sorted(root.iterdir()):
+        if folder.name not in keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
