@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -283,6 +284,7 @@ def _worker(args: argparse.Namespace) -> None:
         task_api,
         warm_python_workers,
     )
+    from worker.state.tasks import StateConfig
 
     configure(json_lines=False, level=args.log_level)
     module, _, name = args.app.partition(":")
@@ -291,6 +293,14 @@ def _worker(args: argparse.Namespace) -> None:
     user_function = getattr(importlib.import_module(module), name)
     process_batch = (task_api(user_function, args.output_topic, args.kafka_bootstrap)
                      if args.api == "task" else user_function)
+    state = None
+    if args.stateful:
+        if args.api != "task":
+            raise SystemExit("coxswain: --stateful needs --api task (state lives per task)")
+        state_dir = Path(args.state_dir).resolve()
+        state = StateConfig(state_dir, args.blob_store
+                            or f"file://{state_dir.parent / 'coxswain-blobs'}",
+                            args.blob_store_endpoint)
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
@@ -298,7 +308,7 @@ def _worker(args: argparse.Namespace) -> None:
         spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
-        output_topic=args.output_topic)
+        output_topic=args.output_topic, state=state)
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -390,6 +400,15 @@ def parser() -> argparse.ArgumentParser:
                    help="Kafka records per micro-batch (default: no limit)")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
+    w.add_argument("--stateful", action="store_true",
+                   help="process_task keeps per-key state (ctx.state) in RocksDB under "
+                        "--state-dir, backed up to --blob-store and restored where tasks go")
+    w.add_argument("--state-dir", default="./coxswain-state",
+                   help="this processor's task state (with --stateful)")
+    w.add_argument("--blob-store", help="file:///DIR or s3://BUCKET[/PREFIX] for state "
+                   "backups (default: file://<state dir>/../coxswain-blobs)")
+    w.add_argument("--blob-store-endpoint", help="an S3-compatible service's URL "
+                   "(credentials from the usual AWS variables)")
     w.add_argument("--log-level", default="INFO", help="DEBUG | INFO | WARNING")
     w.set_defaults(func=_worker)
 

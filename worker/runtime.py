@@ -40,6 +40,14 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.jars import connector_jars
 from worker.plan import QueryPlan, plan_query, sql_string
+from worker.state.store import TaskStore
+from worker.state.tasks import (
+    StateConfig,
+    TaskStates,
+    new_checkpoint_id,
+    no_state,
+    run_with_state,
+)
 
 log = logging.getLogger("coxswain.worker")
 
@@ -63,6 +71,7 @@ class WorkerConfig:
     output_topic: str | None = None  # where process_task's returned rows go
     trigger_interval_s: float = 0.5
     checkpoint_root: Path | None = None
+    state: StateConfig | None = None  # process_task keeps per-key state (ctx.state)
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class BatchContext:
     batch_id: int
     spark: SparkSession
     task_names: tuple[str, ...] = ()  # this query's active tasks, in a fixed order
+    state_dir: str | None = None  # a stateful worker's state dir
+    checkpoint_id: str | None = None  # the id of this batch's state snapshots
 
 
 ProcessBatch = Callable[[DataFrame, BatchContext], None]
@@ -81,12 +92,19 @@ ProcessBatch = Callable[[DataFrame, BatchContext], None]
 
 @dataclass(frozen=True)
 class TaskContext:
-    """What ``process_task`` gets besides its rows (picklable: it travels to Python
-    workers)."""
+    """What ``process_task`` gets besides its rows; ``state`` is the task's per-key state
+    (a worker started with ``--stateful``)."""
 
     processor_id: str
     version: int
     task_name: str
+    open_state: Callable[[], TaskStore] = field(default=no_state, repr=False, compare=False)
+
+    @property
+    def state(self) -> TaskStore:
+        """The task's state: ``get(key, name, default)``, ``set``, ``delete``,
+        ``items(key)``, ``get_bytes``/``set_bytes``; every entry under its record key."""
+        return self.open_state()
 
 
 ProcessTask = Callable[[TaskContext, pd.DataFrame], "pd.DataFrame | None"]
@@ -114,7 +132,8 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
     """The rows ``fn`` returns (``key``, ``value`` as bytes), ``fn`` called once per virtual
     task of ``df`` with that task's rows in (partition, offset) order, tasks in parallel."""
     return place_tasks(df, ctx).mapInPandas(
-        _partition_runner(fn, ctx.processor_id, ctx.version), OUTPUT_SCHEMA)
+        _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id),
+        OUTPUT_SCHEMA)
 
 
 def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
@@ -135,7 +154,8 @@ def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
             .repartitionById(partitions, "_taskIndex").drop("_taskIndex"))
 
 
-def _partition_runner(fn: ProcessTask, processor_id: str, version: int
+def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
+                      state_dir: str | None = None, checkpoint_id: str | None = None,
                       ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         frames = [b for b in batches if len(b)]
@@ -144,8 +164,14 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int
         rows = pd.concat(frames, ignore_index=True)
         for task_name, unordered in rows.groupby("taskName", sort=True):
             task_rows = unordered.sort_values(["partition", "offset"], kind="stable")
-            out = fn(TaskContext(processor_id, version, str(task_name)),
-                     task_rows.reset_index(drop=True))
+            name = str(task_name)
+
+            def call(store: Callable[[], TaskStore], name: str = name,
+                     these: pd.DataFrame = task_rows) -> pd.DataFrame | None:
+                return fn(TaskContext(processor_id, version, name, store),
+                          these.reset_index(drop=True))
+
+            out = run_with_state(state_dir, name, checkpoint_id, call)
             if out is not None and len(out):
                 yield pd.DataFrame({c: [v.encode() if isinstance(v, str) else v
                                         for v in out[c]] for c in ("key", "value")})
@@ -170,7 +196,7 @@ def _pass_through(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 class AsyncCommitter:
     """Uploads commits in the background, at most one at a time."""
 
-    def __init__(self, upload: Callable[[int, dict[str, Any]], int],
+    def __init__(self, upload: Callable[[int, dict[str, Any], str | None], int],
                  max_delay_s: float) -> None:
         self._upload = upload
         self._max_delay_s = max_delay_s
@@ -179,9 +205,11 @@ class AsyncCommitter:
         self._pending_since = 0.0
         self.skipped = 0
 
-    def submit(self, version: int, checkpoints: dict[str, Any]) -> None:
+    def submit(self, version: int, checkpoints: dict[str, Any],
+               checkpoint_id: str | None = None) -> None:
         """Upload ``checkpoints`` unless the previous upload still runs within the delay
-        (then skip: the next commit covers this one); beyond the delay, wait for it."""
+        (then skip: the next commit covers this one, state snapshots included); beyond
+        the delay, wait for it."""
         if not checkpoints:
             return
         pending = self._pending
@@ -195,7 +223,7 @@ class AsyncCommitter:
         if pending is not None and pending.done():
             pending.result()  # surfaces Fenced from the previous upload
         self._pending_since = time.monotonic()
-        self._pending = self._pool.submit(self._upload, version, checkpoints)
+        self._pending = self._pool.submit(self._upload, version, checkpoints, checkpoint_id)
 
     def flush(self) -> None:
         """Wait until the last upload is acknowledged (raises what it raised)."""
@@ -224,6 +252,8 @@ class Worker:
         self.processor_id = config.processor_id or ""
         self._stats: dict[str, Any] = {}
         self._root = config.checkpoint_root or Path(tempfile.mkdtemp(prefix="coxswain-"))
+        self._states = TaskStates(config.state) if config.state is not None else None
+        self._active: list[str] = []  # this processor's active tasks, for state lags
 
     # -- lifecycle
 
@@ -255,7 +285,9 @@ class Worker:
     def _heartbeat(self, interval_s: float) -> None:
         while not self._lease_lost.wait(interval_s):
             try:
-                self._client.heartbeat(self.processor_id, stats=dict(self._stats))
+                lags = self._states.task_lags(self._active) if self._states else None
+                self._client.heartbeat(self.processor_id, task_lags=lags,
+                                       stats=dict(self._stats))
             except LeaseLost:
                 log.error("lease lost: stopping processing and registering again")
                 self._lease_lost.set()
@@ -359,9 +391,20 @@ class Worker:
         if not plan.starts:
             log.info("version %d: no active tasks here", plan.version)
             return None
-        committer = AsyncCommitter(
-            lambda v, cps: self._client.commit(self.processor_id, v, cps),
-            self.config.max_commit_delay_s)
+        states = self._states
+        if states is not None:  # every task starts from its committed snapshot
+            states.restore({n: checkpoints.get(n, {}) for n in names})
+        self._active = names
+
+        def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+            if states is not None and checkpoint_id is not None:
+                cps = states.back_up(checkpoint_id, cps)
+            advanced = self._client.commit(self.processor_id, version, cps)
+            if states is not None:
+                states.committed(cps)
+            return advanced
+
+        committer = AsyncCommitter(upload, self.config.max_commit_delay_s)
         reader = (self._spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", self.config.kafka_bootstrap)
                   .option("assign", json.dumps(plan.assign()))
@@ -390,10 +433,13 @@ class Worker:
                     if ends:
                         mine = batch.where(plan.filter_sql()).withColumn(
                             "taskName", F.expr(task_of)).select(*COLUMNS)
-                        self._process(mine, BatchContext(self.processor_id, plan.version,
-                                                         batch_id, self._spark, task_names))
+                        checkpoint_id = new_checkpoint_id() if states is not None else None
+                        self._process(mine, BatchContext(
+                            self.processor_id, plan.version, batch_id, self._spark,
+                            task_names, str(states.state_dir) if states else None,
+                            checkpoint_id))
                         try:
-                            committer.submit(plan.version, plan.commit(ends))
+                            committer.submit(plan.version, plan.commit(ends), checkpoint_id)
                         except Fenced as e:
                             log.error("fenced: %s; stopping this query", e)
                             self._fenced.set()
@@ -406,6 +452,9 @@ class Worker:
                     "recordsPerSecond": round(read / took, 1) if took > 0 else 0.0,
                     "commitsSkipped": committer.skipped,
                     "consumerLag": _consumer_lag(plan, self._committed, holder)}
+                if states is not None:
+                    self._stats["stateRestores"] = {
+                        t: states.restores[t] for t in names if t in states.restores}
 
         folder = self._root / f"v{plan.version}-{uuid.uuid4().hex[:8]}"
         query = (source.writeStream.foreachBatch(on_batch)

@@ -35,3 +35,18 @@ def echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
                               "offset": int(o), "partition": int(p)})
                   for k, v, o, p in zip(rows["key"], rows["value"], rows["offset"],
                                         rows["partition"], strict=True)]})
+
+
+def count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """process_task with state: per key a counter; one output row per input row with
+    (key, seq, count). With exactly-once effect on state, count == seq + 1 always."""
+    values = []
+    for k, v, o, p in zip(rows["key"], rows["value"], rows["offset"], rows["partition"],
+                          strict=True):
+        count = ctx.state.get(k, "count", 0) + 1
+        ctx.state.set(k, "count", count)
+        values.append(json.dumps({"key": k.decode(), "seq": int(v), "count": count,
+                                  "task": ctx.task_name, "processor": ctx.processor_id,
+                                  "version": ctx.version, "offset": int(o),
+                                  "partition": int(p)}))
+    return pd.DataFrame({"key": list(rows["key"]), "value": values})

@@ -68,10 +68,10 @@ def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
 
 
 def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
-                 *extra: str) -> subprocess.Popen[bytes]:
-    log = (tmp / f"{pid}.log").open("wb")
-    app = ("tests.worker.apps:echo_task" if "--api" in extra
-           else "tests.worker.apps:record_to_topic")
+                 *extra: str, app: str | None = None) -> subprocess.Popen[bytes]:
+    log = (tmp / f"{pid}.log").open("ab")
+    app = app or ("tests.worker.apps:echo_task" if "--api" in extra
+                  else "tests.worker.apps:record_to_topic")
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", url,
          "--app", app, "--kafka-bootstrap", kafka.bootstrap,

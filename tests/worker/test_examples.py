@@ -4,19 +4,28 @@ worker's."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 
 from examples.enrich_task import process_task
+from examples.running_total import process_task as running_total
 from examples.word_count_batch import process_batch
-from worker.runtime import BatchContext, TaskContext
+from worker.runtime import BatchContext, TaskContext, run_tasks
+from worker.state.restore import open_live
+from worker.state.snapshot import snapshot_dir
+from worker.state.store import TaskStore
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python workers: pandas
     session = (SparkSession.builder.master("local[1]").appName("examples")
                .config("spark.ui.enabled", "false").getOrCreate())
     yield session
@@ -41,3 +50,34 @@ def test_enrich_task_keeps_keys_and_order() -> None:
     assert list(out["key"]) == [b"k1", b"k2"]
     assert [json.loads(v)["offset"] for v in out["value"]] == [5, 6]
     assert json.loads(out["value"][0])["task"] == "Partition 0_1_2"
+
+
+def test_running_total_keeps_per_customer_state_across_batches(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """Two batches through the worker's own per-task runner with state on: the second
+    batch sees the first one's totals, and each batch leaves a snapshot."""
+    schema = ("key binary, value binary, topic string, partition int, offset long, "
+              "timestamp timestamp, keyBucket int, taskName string")
+
+    def batch(rows: list[tuple[bytes, float, int]], checkpoint_id: str) -> list[Any]:
+        df = spark.createDataFrame(
+            [(k, json.dumps({"amount": a}).encode(), "t", 0, o, None, 0, "Partition 0")
+             for k, a, o in rows], schema)
+        ctx = BatchContext("w1", 1, 0, spark, ("Partition 0",), str(tmp_path), checkpoint_id)
+        return [json.loads(r["value"]) for r in run_tasks(df, running_total, ctx).collect()]
+
+    open_live(tmp_path, "Partition 0", None).close()  # what the worker does at query start
+    first = batch([(b"c1", 2.5, 0), (b"c2", 1.0, 1), (b"c1", 1.5, 2)], "1000-1")
+    assert [r["total"] for r in first] == [2.5, 1.0, 4.0]
+    second = batch([(b"c1", 10.0, 3)], "2000-2")
+    assert second == [{"customer": "c1", "orders": 3, "total": 14.0}]
+    for checkpoint_id, c1_total in (("1000-1", 4.0), ("2000-2", 14.0)):
+        with TaskStore(snapshot_dir(tmp_path, "Partition 0", checkpoint_id)) as snap:
+            assert snap.get(b"c1", "total") == c1_total
+
+
+def test_state_without_stateful_says_how_to_get_it() -> None:
+    with pytest.raises(RuntimeError, match="--stateful"):
+        running_total(TaskContext("w1", 1, "Partition 0"),
+                      pd.DataFrame({"key": [b"k"], "value": [b"{}"]}))

@@ -1,0 +1,115 @@
+"""Stateful tasks end to end (real Kafka, coordinator, PySpark workers as processes, state
+backed up to a blob store): a counting app keeps a counter per key in ``ctx.state`` and
+outputs (key, seq, count). Exactly-once effect on state means count == seq + 1 on every
+output record, duplicates included, across a crash and restart on the same host (restored
+from local files, zero bytes downloaded) and a crash whose tasks restore elsewhere."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.local.kafka import LocalKafka
+from tests.service.conftest import StartServer
+from tests.worker.test_end_to_end import (
+    Producing,
+    coordinator_for,
+    new_topics,
+    read_all,
+    start_worker,
+    stop_workers,
+    wait_output,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def restores_of(c: httpx.Client, pid: str,
+                done: Callable[[dict[str, Any]], bool] = bool,
+                timeout_s: float = 90) -> dict[str, Any]:
+    """The state restores ``pid`` reported in its heartbeats' stats, once ``done`` holds
+    for them (stats arrive with the next heartbeat, after the batch that made them)."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        for p in c.get("/status").json()["processors"]:
+            if p["processorId"] == pid:
+                seen = dict((p.get("stats") or {}).get("stateRestores") or {})
+        if seen and done(seen):
+            return seen
+        time.sleep(0.5)
+    raise AssertionError(f"{pid} reported no such state restores; last seen {seen}")
+
+
+def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    topic, output = new_topics(kafka, 4)
+    producing = Producing(kafka, topic)
+    producing.send(1000)
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
+                             "1000", "--lease-ttl-ms", "40000", "--elasticity-factor", "2",
+                             "--stateful")
+    blobs = f"file://{tmp_path / 'blobs'}"
+
+    def worker(pid: str) -> Any:
+        return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
+                            "--output-topic", output, "--stateful", "--state-dir",
+                            str(tmp_path / f"state-{pid}"), "--blob-store", blobs,
+                            app="tests.worker.apps:count_task")
+
+    workers = {pid: worker(pid) for pid in ("w0", "w1")}
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            mine = sorted(restores_of(c, "w1"))
+            # w1 dies mid-run and comes back at once, before its lease (40 s, well beyond a
+            # Spark start) runs out: its tasks wait for it and restore from the snapshots
+            # on its own disk
+            for _ in range(3):
+                producing.send(100)
+                time.sleep(0.3)
+            workers["w1"].kill()
+            workers["w1"].wait(30)
+            workers["w1"] = worker("w1")
+            producing.send(300)
+            wait_output(kafka, output, producing.total)
+            # the new incarnation's restores (the old one's were all "empty")
+            back = restores_of(c, "w1", lambda r: any(x["source"] != "empty"
+                                                      for x in r.values()))
+            assert sorted(back) == mine
+            restored = [r for r in back.values() if r["source"] != "empty"]
+            assert restored, back
+            assert all(r["source"] == "local" and r["bytes"] == 0 for r in restored), back
+            # w1 dies for good: after its lease, w0 restores its tasks from the blob store
+            workers["w1"].kill()
+            workers["w1"].wait(30)
+            for _ in range(4):
+                producing.send(100)
+                time.sleep(0.5)
+            wait_output(kafka, output, producing.total)
+            taken = restores_of(c, "w0", lambda r: set(mine) <= set(r))
+            moved = {t: r for t, r in taken.items() if t in mine}
+            assert moved and any(r["source"] == "remote" and r["bytes"] > 0
+                                 for r in moved.values()), taken
+    finally:
+        stop_workers(list(workers.values()))
+    records = read_all(kafka, output)
+    wrong = [r for r in records if r["count"] != r["seq"] + 1]
+    assert not wrong, wrong[:5]  # every count is exactly the key's records so far
+    per_key: dict[str, list[int]] = defaultdict(list)
+    seen: set[tuple[str, int]] = set()
+    for r in records:
+        if (r["key"], r["seq"]) not in seen:
+            seen.add((r["key"], r["seq"]))
+            per_key[r["key"]].append(r["seq"])
+    assert {k: sorted(v) for k, v in per_key.items()} == {
+        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
+    for key, seqs in per_key.items():
+        assert seqs == sorted(seqs), (key, seqs[:20])

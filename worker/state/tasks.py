@@ -1,0 +1,189 @@
+"""The worker's side of task state, around each query and commit (SAMZA-2591's phases).
+
+* Query start: every active task's live store is rebuilt from its committed snapshot
+  (the marker in its checkpoint), local files first: ``restore``.
+* After a batch, in the Spark task that ran ``process_task``: the batch's writes are
+  applied and a snapshot is taken (``run_with_state``): the sync phase.
+* The commit, in the commit thread while the next batch runs: each task's newest
+  snapshot not yet committed, up to this commit's checkpoint id, is uploaded and named in
+  the commit (``back_up``): the async phase. A task with no newer snapshot processed no
+  record since its last one, so that snapshot still pairs with the new offsets.
+* Once the coordinator acknowledged a commit, older local snapshots go (``committed``);
+  the committed one stays, for a restore on this host at zero cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checkpoint.errors import CheckpointFormatError
+from checkpoint.model import CheckpointId
+from worker.state.backup import MARKER_BACKEND, STORE_NAME, Uploader
+from worker.state.blobs import BlobStore, open_blob_store
+from worker.state.restore import RestoreResult, open_live, restore_snapshot
+from worker.state.snapshot import Digests, snapshot_dir, task_dir
+from worker.state.store import TaskStore
+
+log = logging.getLogger("coxswain.worker.state")
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    """Where a stateful worker keeps and backs up its tasks' state."""
+
+    state_dir: Path
+    blob_store: str  # file:///dir or s3://bucket/prefix
+    blob_store_endpoint: str | None = None
+
+
+def marker_of(checkpoint: Mapping[str, Any]) -> str | None:
+    """The snapshot index a task's committed checkpoint names, if any."""
+    markers = checkpoint.get("stateCheckpointMarkers") or {}
+    value = (markers.get(MARKER_BACKEND) or {}).get(STORE_NAME)
+    return str(value) if value else None
+
+
+def new_checkpoint_id() -> str:
+    """A checkpoint id for the batch about to run (ordered by time)."""
+    return str(CheckpointId.of(time.time_ns()))
+
+
+class TaskStates:
+    """Restores, backups and clean-up of this worker's task state."""
+
+    def __init__(self, config: StateConfig, blobs: BlobStore | None = None) -> None:
+        self.config = config
+        self._blobs = blobs or open_blob_store(config.blob_store, config.blob_store_endpoint)
+        self._digests = Digests()
+        self._uploader = Uploader(self._blobs)
+        self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
+        self._lock = threading.Lock()
+        self.restores: dict[str, dict[str, Any]] = {}  # task -> figures of its last restore
+
+    @property
+    def state_dir(self) -> Path:
+        """The processor's state dir."""
+        return self.config.state_dir
+
+    def restore(self, checkpoints: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rebuild the live store of every task in ``checkpoints`` (task -> its resolved
+        checkpoint) from its committed snapshot; a task without one starts empty."""
+        for task, checkpoint in sorted(checkpoints.items()):
+            marker = marker_of(checkpoint)
+            result: RestoreResult | None = None
+            if marker is not None:
+                result = restore_snapshot(self.state_dir, marker, self._blobs, self._digests)
+                with self._lock:
+                    self._committed[task] = CheckpointId.parse(result.index.checkpoint_id)
+            open_live(self.state_dir, task, None if result is None else result.folder).close()
+            self.restores[task] = {
+                "source": "empty" if result is None else result.source,
+                "bytes": 0 if result is None else result.downloaded_bytes,
+                "files": 0 if result is None else result.downloaded_files,
+                "seconds": 0.0 if result is None else round(result.seconds, 3)}
+            if result is not None:
+                log.info("task %s: state restored from %s (%s, %d bytes in %d files "
+                         "downloaded, %.2fs)", task, marker, result.source,
+                         result.downloaded_bytes, result.downloaded_files, result.seconds)
+
+    def back_up(self, checkpoint_id: str, checkpoints: dict[str, Any]) -> dict[str, Any]:
+        """``checkpoints`` (a commit body, task -> checkpoint) with, for each task that has
+        a snapshot newer than its last commit and at most ``checkpoint_id``, that snapshot
+        uploaded and named (``checkpointId``, ``stateCheckpointMarkers``). Raises when an
+        upload fails: the commit must then not happen."""
+        limit = CheckpointId.parse(checkpoint_id)
+        out = dict(checkpoints)
+        for task, checkpoint in checkpoints.items():
+            newest = self._newest_snapshot(task, limit)
+            if newest is None:
+                continue
+            result = self._uploader.upload(task, str(newest),
+                                           snapshot_dir(self.state_dir, task, str(newest)),
+                                           self._digests)
+            out[task] = {**checkpoint, "checkpointId": str(newest),
+                         "stateCheckpointMarkers": {MARKER_BACKEND: {STORE_NAME: result.marker}}}
+        return out
+
+    def committed(self, checkpoints: Mapping[str, Any]) -> None:
+        """A commit carrying ``checkpoints`` was acknowledged: remember each task's id and
+        drop its older local snapshots."""
+        for task, checkpoint in checkpoints.items():
+            raw = checkpoint.get("checkpointId")
+            if raw is None:
+                continue
+            done = CheckpointId.parse(raw)
+            with self._lock:
+                self._committed[task] = done
+            for folder in self._snapshots(task):
+                cid = _id(folder.name)
+                if cid is not None and cid < done:
+                    shutil.rmtree(folder, ignore_errors=True)
+
+    def task_lags(self, tasks: list[str]) -> dict[str, int]:
+        """State lag of the active tasks: 0, their live state is their checkpoint's (the
+        lags of standbys and of state left on disk come with standbys)."""
+        return dict.fromkeys(tasks, 0)
+
+    def _newest_snapshot(self, task: str, limit: CheckpointId) -> CheckpointId | None:
+        with self._lock:
+            last = self._committed.get(task)
+        best: CheckpointId | None = None
+        for folder in self._snapshots(task):
+            cid = _id(folder.name)
+            if cid is None or cid > limit or (last is not None and cid <= last):
+                continue
+            if best is None or cid > best:
+                best = cid
+        return best
+
+    def _snapshots(self, task: str) -> list[Path]:
+        root = task_dir(self.state_dir, task) / "snapshots"
+        return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def _id(name: str) -> CheckpointId | None:
+    try:
+        return CheckpointId.parse(name)
+    except CheckpointFormatError:
+        return None  # a .partial or .tmp folder
+
+
+def run_with_state(state_dir: str | None, task: str, checkpoint_id: str | None,
+                   body: Callable[[Callable[[], TaskStore]], Any]) -> Any:
+    """Run ``body`` with a way to open ``task``'s live store; if it opened it, apply the
+    batch's writes and snapshot them under ``checkpoint_id`` afterwards (in the Spark task:
+    the commit's sync phase). A failure discards the batch's writes."""
+    if state_dir is None or checkpoint_id is None:
+        return body(no_state)
+    opened: list[TaskStore] = []
+
+    def store() -> TaskStore:
+        if not opened:
+            opened.append(TaskStore(task_dir(Path(state_dir), task) / "live"))
+        return opened[0]
+
+    try:
+        result = body(store)
+        if opened:
+            opened[0].commit()
+            opened[0].snapshot(snapshot_dir(Path(state_dir), task, checkpoint_id))
+        return result
+    except BaseException:
+        if opened:
+            opened[0].discard()
+        raise
+    finally:
+        if opened:
+            opened[0].close()
+
+
+def no_state() -> TaskStore:
+    """What ``ctx.state`` gives a stateless worker: an error saying how to get state."""
+    raise RuntimeError("this worker keeps no task state: start it with --stateful")
