@@ -73,6 +73,9 @@ class CoordinatorConfig:
     debounce_s: float = 1.0
     barrier_timeout_s: float = 30.0
     probing_interval_s: float = 600.0
+    # a probing rebalance also runs as soon as heartbeats show a warm-up caught up, at most
+    # once per this interval (KAFKA-10199: scale-out should not wait for the timer)
+    probing_min_interval_s: float = 5.0
     assignment: AssignmentParams = field(default_factory=AssignmentParams)
     keep_job_models: int = 10
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
@@ -165,6 +168,8 @@ class Coordinator:
         self._lead_since = clock.now()
         self._store_lost_at: float | None = None  # when a sweep first found the store down
         self._barrier_outcomes: dict[int, bool] = {}  # version -> its barrier was done
+        self._warmups: frozenset[tuple[str, str]] = frozenset()  # (task, processor)
+        self._last_probe = float("-inf")
         self._desired_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -446,6 +451,10 @@ class Coordinator:
             return await self._io(
                 lambda: self.membership.heartbeat(processor_id, token, task_lags, stats))
 
+    def latest_task_names(self) -> frozenset[str]:
+        """The active task names of the latest job model."""
+        return self._task_names(self._latest)
+
     @staticmethod
     def _task_names(model: JobModel | None) -> frozenset[str]:
         if model is None:
@@ -487,6 +496,7 @@ class Coordinator:
                     if expired:
                         await self._io(lambda: self.membership.remove(expired))
                 joined, left = self._membership_news()
+            self._probe_if_warm()
             if joined or left:
                 self._observer.processors_changed(len(self.membership.live()))
             if expired:
@@ -625,6 +635,7 @@ class Coordinator:
         version = generated.job_model.version
         model = generated.job_model
         self._probing_wanted = generated.assignment.probing_rebalance_needed
+        self._warmups = generated.assignment.warmups
         if self._probing_wanted:
             self._schedule("probing", self.config.probing_interval_s, self._probe)
         elif self._scheduler is not None:
@@ -675,7 +686,27 @@ class Coordinator:
         return model
 
     async def _probe(self) -> None:
+        self._last_probe = self._clock.now()
         await self.rebalance("probing")
+
+    def _probe_if_warm(self) -> None:
+        """Leader, at each lease sweep: a warm-up whose state caught up (its processor
+        reports a lag within the acceptable recovery lag) gets its probing rebalance now,
+        rate-limited, instead of at the probing timer."""
+        if not (self._probing_wanted and self._warmups and self._leader.is_leader()):
+            return
+        if self._clock.now() - self._last_probe < self.config.probing_min_interval_s:
+            return
+        lags = self.membership.task_lags()
+        acceptable = self.config.assignment.acceptable_recovery_lag
+        warm = sorted((task, pid) for task, pid in self._warmups
+                      if lags.get(pid, {}).get(task, acceptable + 1) <= acceptable)
+        if warm:
+            log.info("warm-ups caught up (%s): probing rebalance now",
+                     ", ".join(f"{t} on {p}" for t, p in warm[:5]),
+                     extra={"reason": "probing"})
+            self._last_probe = self._clock.now()
+            self._schedule("probing", 0.0, self._probe)
 
     # ------------------------------------------------------------------ barrier
 

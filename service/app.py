@@ -59,6 +59,7 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
         debounce_s=settings.debounce_ms / 1000,
         barrier_timeout_s=settings.barrier_timeout_ms / 1000,
         probing_interval_s=settings.probing_interval_ms / 1000,
+        probing_min_interval_s=settings.probing_min_interval_ms / 1000,
         assignment=AssignmentParams(
             balance_factor=settings.balance_factor,
             acceptable_recovery_lag=settings.acceptable_recovery_lag,
@@ -182,6 +183,8 @@ def create_app(settings: Settings, clock: Clock | None = None,
             app.state.metrics = metrics
             app.state.coordinator = coordinator
             metrics.export_task_lags(coordinator.membership.task_lags)
+            metrics.export_state_restores(coordinator.membership.stats,
+                                          coordinator.latest_task_names)
             app.state.clock = clock
             await coordinator.start()
             bind(coordinator)

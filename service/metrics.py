@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 TaskLags = Callable[[], Mapping[str, Mapping[str, int]]]
+Stats = Callable[[], Mapping[str, Mapping[str, Any]]]
+KnownTasks = Callable[[], AbstractSet[str]]
 
 
 class Metrics:
@@ -46,6 +50,12 @@ class Metrics:
         it, and only tasks the coordinator kept (those of the latest job model) appear."""
         self.registry.register(_TaskLagCollector(lags))
 
+    def export_state_restores(self, stats: Stats, known: KnownTasks) -> None:
+        """``coxswain_state_restore_{bytes,files,seconds}{processor, task, source}``: each
+        processor's last restore of each task, from its heartbeat stats (``stateRestores``),
+        for the tasks of the latest job model only."""
+        self.registry.register(_RestoreCollector(stats, known))
+
     # LifecycleObserver
     def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
         """Record one generation."""
@@ -74,3 +84,29 @@ class _TaskLagCollector(Collector):
             for task, lag in sorted(lags.items()):
                 family.add_metric([processor, task], lag)
         yield family
+
+
+class _RestoreCollector(Collector):
+    def __init__(self, stats: Stats, known: KnownTasks) -> None:
+        self._stats, self._known = stats, known
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["processor", "task", "source"]
+        families = {field: GaugeMetricFamily(f"coxswain_state_restore_{field}",
+                                             f"State restored for a task ({field}), as its "
+                                             "processor last reported it", labels=labels)
+                    for field in ("bytes", "files", "seconds")}
+        known = self._known()
+        for processor, stats in sorted(self._stats().items()):
+            restores = stats.get("stateRestores")
+            if not isinstance(restores, dict):
+                continue
+            for task, figures in sorted(restores.items()):
+                if task not in known or not isinstance(figures, dict):
+                    continue
+                source = str(figures.get("source", "unknown"))[:16]
+                for field, family in families.items():
+                    value = figures.get(field)
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        family.add_metric([processor, task, source], float(value))
+        yield from families.values()

@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     debounce_ms: int = Field(1_000, ge=0)
     barrier_timeout_ms: int = Field(30_000, ge=100)
     probing_interval_ms: int = Field(600_000, ge=100)
+    probing_min_interval_ms: int = Field(
+        5_000, ge=0, description="a probing rebalance as soon as a warm-up caught up, at most "
+                                 "once per this interval")
     acceptable_recovery_lag: int = Field(10_000, ge=0)
     num_standbys: int = Field(0, ge=0)
     max_warmup_replicas: int = Field(2, ge=1)

@@ -67,3 +67,24 @@ def test_lags_of_unknown_tasks_are_dropped_and_series_leave_with_their_processor
         assert len(metrics) < 100_000
         assert w1.leave().status_code == 204
         assert 'processor="w1"' not in c.get("/metrics").text
+
+
+def test_state_restores_reported_in_stats_are_exported_for_known_tasks_only(
+    start_server: StartServer,
+) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        w1 = SimWorker(c, "w1", "host-a")
+        w1.register()
+        ack_all([w1], wait_for_version(c, 0)["version"])
+        figures = {"source": "remote", "bytes": 1234, "files": 3, "seconds": 0.25}
+        beat = c.post("/processors/w1/heartbeat", headers=w1.lease, json={"stats": {
+            "stateRestores": {"Partition 0": figures, "invented": figures,
+                              "Partition 1": "not figures"}}})
+        assert beat.status_code == 200, beat.text
+        metrics = c.get("/metrics").text
+        labels = 'processor="w1",source="remote",task="Partition 0"'
+        assert f"coxswain_state_restore_bytes{{{labels}}} 1234.0" in metrics
+        assert f"coxswain_state_restore_seconds{{{labels}}} 0.25" in metrics
+        assert "invented" not in metrics
+        assert 'task="Partition 1"' not in metrics.split("coxswain_state_restore")[-1]

@@ -98,6 +98,9 @@ def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
             moved = {t: r for t, r in taken.items() if t in mine}
             assert moved and any(r["source"] == "remote" and r["bytes"] > 0
                                  for r in moved.values()), taken
+            # and the coordinator exports them
+            assert 'coxswain_state_restore_bytes{processor="w0",source="remote"' in c.get(
+                "/metrics").text
     finally:
         stop_workers(list(workers.values()))
     records = read_all(kafka, output)
