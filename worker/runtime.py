@@ -37,6 +37,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
+from grouping.task_names import parse_standby_task_name
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.jars import connector_jars
 from worker.plan import QueryPlan, plan_query, sql_string
@@ -254,6 +255,8 @@ class Worker:
         self._root = config.checkpoint_root or Path(tempfile.mkdtemp(prefix="coxswain-"))
         self._states = TaskStates(config.state) if config.state is not None else None
         self._active: list[str] = []  # this processor's active tasks, for state lags
+        self._model: dict[str, Any] | None = None  # the latest job model seen
+        self._lags: dict[str, int] = {}  # state lag per task, for the heartbeats
 
     # -- lifecycle
 
@@ -271,11 +274,18 @@ class Worker:
             beat = threading.Thread(target=self._heartbeat,
                                     args=(reg.heartbeat_interval_ms / 1000,), daemon=True)
             beat.start()
+            keeper = None
+            if self._states is not None:
+                keeper = threading.Thread(target=self._keep_state, daemon=True,
+                                          args=(reg.heartbeat_interval_ms / 1000,))
+                keeper.start()
             try:
                 self._follow()
             finally:
                 self._lease_lost.set()  # ends the heartbeat thread
                 beat.join(10)
+                if keeper is not None:
+                    keeper.join(30)
         try:
             self._client.leave(self.processor_id)
         except Exception as e:
@@ -285,7 +295,7 @@ class Worker:
     def _heartbeat(self, interval_s: float) -> None:
         while not self._lease_lost.wait(interval_s):
             try:
-                lags = self._states.task_lags(self._active) if self._states else None
+                lags = dict(self._lags) if self._states else None
                 self._client.heartbeat(self.processor_id, task_lags=lags,
                                        stats=dict(self._stats))
             except LeaseLost:
@@ -297,6 +307,25 @@ class Worker:
             except Exception as e:
                 log.warning("heartbeat failed: %s", e)
 
+    def _keep_state(self, interval_s: float) -> None:
+        """Stateful workers: keep standby copies fresh and the lags current, beside the
+        heartbeats (a download must never delay a heartbeat)."""
+        states = self._states
+        assert states is not None
+        while not self._lease_lost.wait(interval_s):
+            model = self._model
+            if model is None:
+                continue
+            tasks = self._my_tasks(model)
+            standbys = sorted({parsed[0] for name, t in tasks.items()
+                               if t.get("taskMode") == "Standby"
+                               and (parsed := parse_standby_task_name(name)) is not None})
+            try:
+                self._lags = states.refresh(list(self._active), standbys,
+                                            self._client.checkpoints)
+            except Exception as e:  # the next round tries again
+                log.warning("state refresh failed: %s", e)
+
     # -- following job models
 
     def _follow(self) -> None:
@@ -305,6 +334,7 @@ class Worker:
             model = self._client.job_model(self.processor_id, since=None)
             if model is None:
                 time.sleep(0.5)
+        self._model = model
         running: tuple[QueryPlan, Any] | None = None
         mine: Any = None
         try:
@@ -324,6 +354,8 @@ class Worker:
                     running = self._start(model)
                 mine = tasks
                 model = self._next_model(model["version"], running)
+                if model is not None:
+                    self._model = model
         finally:
             if running is not None:
                 self._hand_over(running)

@@ -7,6 +7,7 @@ from local files, zero bytes downloaded) and a crash whose tasks restore elsewhe
 from __future__ import annotations
 
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from service.local.kafka import LocalKafka
+from service.local.s3 import LocalS3
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
     Producing,
@@ -47,6 +49,32 @@ def restores_of(c: httpx.Client, pid: str,
     raise AssertionError(f"{pid} reported no such state restores; last seen {seen}")
 
 
+def check_counts(kafka: LocalKafka, output: str, producing: Producing) -> None:
+    """count == seq + 1 on every output record; nothing lost; per-key order."""
+    records = read_all(kafka, output)
+    wrong = [r for r in records if r["count"] != r["seq"] + 1]
+    assert not wrong, wrong[:5]  # every count is exactly the key's records so far
+    per_key: dict[str, list[int]] = defaultdict(list)
+    seen: set[tuple[str, int]] = set()
+    for r in records:
+        if (r["key"], r["seq"]) not in seen:
+            seen.add((r["key"], r["seq"]))
+            per_key[r["key"]].append(r["seq"])
+    assert {k: sorted(v) for k, v in per_key.items()} == {
+        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
+    for key, seqs in per_key.items():
+        assert seqs == sorted(seqs), (key, seqs[:20])
+
+
+def stateful_worker(tmp_path: Path, server: Any, kafka: LocalKafka, output: str, pid: str,
+                    blobs: str, *extra: str) -> Any:
+    """A worker running the counting app with state under ``tmp_path/state-{pid}``."""
+    return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
+                        "--output-topic", output, "--stateful", "--state-dir",
+                        str(tmp_path / f"state-{pid}"), "--blob-store", blobs, *extra,
+                        app="tests.worker.apps:count_task")
+
+
 def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
 ) -> None:
@@ -59,10 +87,7 @@ def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
     blobs = f"file://{tmp_path / 'blobs'}"
 
     def worker(pid: str) -> Any:
-        return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
-                            "--output-topic", output, "--stateful", "--state-dir",
-                            str(tmp_path / f"state-{pid}"), "--blob-store", blobs,
-                            app="tests.worker.apps:count_task")
+        return stateful_worker(tmp_path, server, kafka, output, pid, blobs)
 
     workers = {pid: worker(pid) for pid in ("w0", "w1")}
     try:
@@ -103,16 +128,44 @@ def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
                 "/metrics").text
     finally:
         stop_workers(list(workers.values()))
-    records = read_all(kafka, output)
-    wrong = [r for r in records if r["count"] != r["seq"] + 1]
-    assert not wrong, wrong[:5]  # every count is exactly the key's records so far
-    per_key: dict[str, list[int]] = defaultdict(list)
-    seen: set[tuple[str, int]] = set()
-    for r in records:
-        if (r["key"], r["seq"]) not in seen:
-            seen.add((r["key"], r["seq"]))
-            per_key[r["key"]].append(r["seq"])
-    assert {k: sorted(v) for k, v in per_key.items()} == {
-        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
-    for key, seqs in per_key.items():
-        assert seqs == sorted(seqs), (key, seqs[:20])
+    check_counts(kafka, output, producing)
+
+
+def test_a_killed_workers_tasks_resume_on_its_standby_without_a_full_download(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path, s3_server: LocalS3,
+) -> None:
+    """One standby per task, state backed up to an S3 API server: the standby copies
+    follow the committed snapshots, so when a worker is killed its tasks resume where a
+    standby already holds their state."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(600)
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
+                             "1000", "--lease-ttl-ms", "8000", "--elasticity-factor", "2",
+                             "--stateful", "--num-standbys", "1")
+    bucket = f"standbys-{uuid.uuid4().hex[:8]}"
+    s3_server.create_bucket(bucket)
+    blobs = f"s3://{bucket}/job"
+    extra = ("--blob-store-endpoint", s3_server.endpoint)
+    workers = {pid: stateful_worker(tmp_path, server, kafka, output, pid, blobs, *extra)
+               for pid in ("w0", "w1")}
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            w1_tasks = sorted(restores_of(c, "w1"))
+            for _ in range(5):  # more state; the standbys follow each commit
+                producing.send(100)
+                time.sleep(1)
+            wait_output(kafka, output, producing.total)
+            time.sleep(5)  # a standby refresh or two after the last commit
+            workers["w1"].kill()
+            workers["w1"].wait(30)
+            producing.send(200)
+            wait_output(kafka, output, producing.total)
+            taken = restores_of(c, "w0", lambda r: set(w1_tasks) <= set(r))
+            moved = [taken[t] for t in w1_tasks]
+            assert all(r["source"] in ("local", "partial") for r in moved), taken
+            assert any(r["source"] == "local" and r["bytes"] == 0 for r in moved), taken
+    finally:
+        stop_workers(list(workers.values()))
+    check_counts(kafka, output, producing)

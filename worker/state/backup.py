@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from worker.state.blobs import BlobStore
@@ -44,6 +45,9 @@ class SnapshotIndex:
     checkpoint_id: str
     files: Mapping[str, FileInfo]
     created_at: float
+    # the input offsets of the commit that first named this snapshot (API form: a list
+    # of {ssp, offset}): how far a copy of it is behind a newer checkpoint of the task
+    input_offsets: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def size(self) -> int:
@@ -54,7 +58,7 @@ class SnapshotIndex:
         """JSON."""
         return json.dumps({
             "version": 1, "taskName": self.task_name, "checkpointId": self.checkpoint_id,
-            "createdAt": self.created_at,
+            "createdAt": self.created_at, "inputOffsets": list(self.input_offsets),
             "files": {name: {"size": f.size, "sha256": f.sha256, "blob": blob_key(f)}
                       for name, f in sorted(self.files.items())}},
             sort_keys=True).encode()
@@ -69,7 +73,7 @@ class SnapshotIndex:
             data["taskName"], data["checkpointId"],
             {name: FileInfo(int(f["size"]), str(f["sha256"]))
              for name, f in data["files"].items()},
-            float(data["createdAt"]))
+            float(data["createdAt"]), tuple(data.get("inputOffsets") or ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +96,8 @@ class Uploader:
         self._parallelism = parallelism
         self._stored: set[str] = set()  # blob keys uploaded or seen in the store
 
-    def upload(self, task_name: str, checkpoint_id: str, folder: Path,
-               digests: Digests) -> UploadResult:
+    def upload(self, task_name: str, checkpoint_id: str, folder: Path, digests: Digests,
+               input_offsets: Sequence[Mapping[str, Any]] = ()) -> UploadResult:
         """Upload what the store lacks of ``folder``'s files, then the index. Raises on
         any failure (the commit then fails; nothing that is committed changes)."""
         started = time.perf_counter()
@@ -105,7 +109,8 @@ class Uploader:
             to_send = {key: path for key, path in missing.items() if not present[key]}
             list(pool.map(lambda kv: self._blobs.put_file(*kv), to_send.items()))
         self._stored.update(missing)
-        index = SnapshotIndex(task_name, checkpoint_id, files, time.time())
+        index = SnapshotIndex(task_name, checkpoint_id, files, time.time(),
+                              tuple(input_offsets))
         marker = index_key(task_name, checkpoint_id)
         self._blobs.put(marker, index.to_bytes())
         return UploadResult(marker, index, len(to_send),

@@ -22,7 +22,9 @@ from worker.state.blobs import BlobStore
 from worker.state.snapshot import (
     Digests,
     FileInfo,
+    claim_task_dir,
     clone,
+    index_path,
     inventory,
     snapshot_dir,
     task_dir,
@@ -60,8 +62,10 @@ def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Di
     index = SnapshotIndex.from_bytes(blobs.get(marker))
     target = snapshot_dir(state_dir, index.task_name, index.checkpoint_id)
     if target.exists() and inventory(target, digests) == dict(index.files):
+        index_path(target).write_bytes(index.to_bytes())
         return RestoreResult(target, index, 0, 0, len(index.files),
                              time.perf_counter() - started)
+    claim_task_dir(state_dir, index.task_name)
     local = _local_files(state_dir, index.task_name, digests)
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -87,6 +91,7 @@ def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Di
         sizes = list(pool.map(download, fetch.items()))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+    index_path(target).write_bytes(index.to_bytes())
     return RestoreResult(target, index, len(fetch), sum(sizes), len(index.files) - len(fetch),
                          time.perf_counter() - started)
 
@@ -95,7 +100,7 @@ def open_live(state_dir: Path, task_name: str, snapshot: Path | None) -> TaskSto
     """The task's live store, started from ``snapshot`` (None: empty state). Always from a
     committed snapshot, never from a live store left behind: that one may be ahead of the
     checkpoint (a batch processed but not committed)."""
-    live = task_dir(state_dir, task_name) / "live"
+    live = claim_task_dir(state_dir, task_name) / "live"
     if snapshot is None:
         shutil.rmtree(live, ignore_errors=True)
     else:

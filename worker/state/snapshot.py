@@ -37,6 +37,27 @@ def task_dir(state_dir: Path, task_name: str) -> Path:
     return state_dir / _SAFE.sub(lambda m: f"_{ord(m.group()):02x}", task_name)
 
 
+NAME_FILE = "task-name"
+
+
+def claim_task_dir(state_dir: Path, task_name: str) -> Path:
+    """The task's folder, created with a file naming the task (folder names are encoded:
+    this is how a restarted worker knows which tasks' state it holds)."""
+    folder = task_dir(state_dir, task_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = folder / NAME_FILE
+    if not name.exists():
+        name.write_text(task_name)
+    return folder
+
+
+def held_tasks(state_dir: Path) -> list[str]:
+    """The tasks whose folders are under ``state_dir``."""
+    if not state_dir.exists():
+        return []
+    return sorted(p.read_text() for p in state_dir.glob(f"*/{NAME_FILE}"))
+
+
 def snapshot_dir(state_dir: Path, task_name: str, checkpoint_id: str) -> Path:
     """Where the snapshot of ``checkpoint_id`` lives."""
     return task_dir(state_dir, task_name) / "snapshots" / checkpoint_id
@@ -87,6 +108,12 @@ def clone(source: Path, target: Path) -> None:
             shutil.copy2(f, staging / f.name)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+
+
+def index_path(snapshot: Path) -> Path:
+    """Where the index of a local snapshot is kept: beside it (inside, it would be a file
+    of the snapshot)."""
+    return snapshot.with_name(snapshot.name + ".index.json")
 
 
 def remove_older(state_dir: Path, task_name: str, keep: set[str]) -> list[str]:

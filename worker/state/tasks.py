@@ -18,17 +18,18 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from checkpoint.errors import CheckpointFormatError
 from checkpoint.model import CheckpointId
-from worker.state.backup import MARKER_BACKEND, STORE_NAME, Uploader
+from worker.state.backup import MARKER_BACKEND, STORE_NAME, SnapshotIndex, Uploader
 from worker.state.blobs import BlobStore, open_blob_store
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
-from worker.state.snapshot import Digests, snapshot_dir, task_dir
+from worker.state.snapshot import Digests, held_tasks, index_path, snapshot_dir, task_dir
 from worker.state.store import TaskStore
 
 log = logging.getLogger("coxswain.worker.state")
@@ -106,7 +107,9 @@ class TaskStates:
                 continue
             result = self._uploader.upload(task, str(newest),
                                            snapshot_dir(self.state_dir, task, str(newest)),
-                                           self._digests)
+                                           self._digests, checkpoint.get("inputOffsets", ()))
+            index_path(snapshot_dir(self.state_dir, task, str(newest))).write_bytes(
+                result.index.to_bytes())
             out[task] = {**checkpoint, "checkpointId": str(newest),
                          "stateCheckpointMarkers": {MARKER_BACKEND: {STORE_NAME: result.marker}}}
         return out
@@ -121,23 +124,84 @@ class TaskStates:
             done = CheckpointId.parse(raw)
             with self._lock:
                 self._committed[task] = done
-            for folder in self._snapshots(task):
-                cid = _id(folder.name)
-                if cid is not None and cid < done:
-                    shutil.rmtree(folder, ignore_errors=True)
+            self._drop_older(task, done)
 
-    def task_lags(self, tasks: list[str]) -> dict[str, int]:
-        """State lag of the active tasks: 0, their live state is their checkpoint's (the
-        lags of standbys and of state left on disk come with standbys)."""
-        return dict.fromkeys(tasks, 0)
+    def _drop_older(self, task: str, keep_from: CheckpointId) -> None:
+        """Delete the task's local snapshots older than ``keep_from``."""
+        for folder in self._snapshots(task):
+            cid = _id(folder.name)
+            if cid is not None and cid < keep_from:
+                shutil.rmtree(folder, ignore_errors=True)
+                index_path(folder).unlink(missing_ok=True)
 
-    def _newest_snapshot(self, task: str, limit: CheckpointId) -> CheckpointId | None:
+    def refresh(self, actives: Sequence[str], standbys: Sequence[str],
+                read_checkpoints: Callable[[list[str]], Mapping[str, Any]],
+                known: AbstractSet[str] | None = None) -> dict[str, int]:
+        """Keep standby (and warm-up) copies fresh and measure every lag (KIP-441).
+
+        ``actives``, ``standbys``: this processor's tasks in the latest job model (standbys
+        by their active task's name); ``known``: the model's task names when known (a
+        worker sees only its own container: then state left on disk is asked about too,
+        and when the coordinator does not know one of those, only the standbys). Each
+        standby copy fetches its task's newest committed snapshot incrementally (no input
+        is read). Returns the state lag of every task whose state is here (active: 0;
+        standby or left on disk: how many offsets its newest local snapshot is behind
+        the task's latest committed checkpoint, summed over its key spaces)."""
+        lags = dict.fromkeys(actives, 0)
+        held = (set(standbys) | set(held_tasks(self.state_dir))) - set(actives)
+        names = sorted(held if known is None else held & known)
+        if not names:
+            return lags
+        try:
+            committed = read_checkpoints(names)
+        except Exception:
+            if set(names) <= set(standbys):
+                raise
+            names = sorted(set(names) & set(standbys))  # some task left the job model
+            committed = read_checkpoints(names) if names else {}
+        for task in names:
+            checkpoint = committed.get(task) or {}
+            marker = marker_of(checkpoint)
+            if task in standbys and marker is not None:
+                try:
+                    result = restore_snapshot(self.state_dir, marker, self._blobs,
+                                              self._digests)
+                    if result.downloaded_files:
+                        log.info("standby %s: fetched %s (%d bytes)", task, marker,
+                                 result.downloaded_bytes)
+                    self._drop_older(task, CheckpointId.parse(result.index.checkpoint_id))
+                except (OSError, KeyError, ValueError) as e:  # retried at the next round
+                    log.warning("standby %s: snapshot %s not fetched: %s", task, marker, e)
+            lag = self._lag(task, checkpoint)
+            if lag is not None:
+                lags[task] = lag
+        return lags
+
+    def _lag(self, task: str, checkpoint: Mapping[str, Any]) -> int | None:
+        """Offsets between the task's newest local snapshot and ``checkpoint``."""
+        newest = self._newest_snapshot(task, None, since_commit=False)
+        if newest is None:
+            return None
+        if str(newest) == checkpoint.get("checkpointId"):
+            return 0
+        index_file = index_path(snapshot_dir(self.state_dir, task, str(newest)))
+        if not index_file.exists():
+            return None
+        mine = _offsets(SnapshotIndex.from_bytes(index_file.read_bytes()).input_offsets)
+        theirs = _offsets(checkpoint.get("inputOffsets") or ())
+        if not mine or set(mine) != set(theirs):
+            return None
+        return sum(max(0, theirs[k] - mine[k]) for k in mine)
+
+    def _newest_snapshot(self, task: str, limit: CheckpointId | None,
+                         since_commit: bool = True) -> CheckpointId | None:
         with self._lock:
-            last = self._committed.get(task)
+            last = self._committed.get(task) if since_commit else None
         best: CheckpointId | None = None
         for folder in self._snapshots(task):
             cid = _id(folder.name)
-            if cid is None or cid > limit or (last is not None and cid <= last):
+            if cid is None or (limit is not None and cid > limit) \
+                    or (last is not None and cid <= last):
                 continue
             if best is None or cid > best:
                 best = cid
@@ -146,6 +210,17 @@ class TaskStates:
     def _snapshots(self, task: str) -> list[Path]:
         root = task_dir(self.state_dir, task) / "snapshots"
         return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def _offsets(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], int]:
+    """Numeric offsets by (stream, partition, key bucket); unresolved ones are left out."""
+    out: dict[tuple[str, int, int], int] = {}
+    for entry in entries:
+        ssp, offset = entry.get("ssp") or {}, str(entry.get("offset", ""))
+        if offset.isdigit():
+            out[(str(ssp.get("stream")), int(ssp.get("partition", -1)),
+                 int(ssp.get("keyBucket", -1)))] = int(offset)
+    return out
 
 
 def _id(name: str) -> CheckpointId | None:
