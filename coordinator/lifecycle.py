@@ -823,11 +823,9 @@ class Coordinator:
             raise Fenced("no job model is active yet: nothing may be committed")
         if version > active.version:
             raise Fenced(f"version {version} is not active (active: {active.version})")
-        owner = _owners(active)
-        for name in task_names:
-            if owner.get(name) != processor_id:
-                raise Fenced(f"processor {processor_id!r} does not own task {name!r} as "
-                             f"active in the active job model (version {active.version})")
+        _require_owner(active, processor_id, task_names,
+                       f"processor {processor_id!r} does not own task {{task!r}} as active "
+                       f"in the active job model (version {active.version})")
         if version == active.version:
             return active
         tagged = await self.model(version)
@@ -842,11 +840,9 @@ class Coordinator:
             model = tagged if v == version else await self.model(v)
             if model is None:
                 raise Fenced(f"version {version} is stale: version {v} is no longer known")
-            owner = _owners(model)
-            for name in task_names:
-                if owner.get(name) != processor_id:
-                    raise Fenced(f"version {version} is stale: processor {processor_id!r} "
-                                 f"did not own task {name!r} in version {v}")
+            _require_owner(model, processor_id, task_names,
+                           f"version {version} is stale: processor {processor_id!r} did not "
+                           f"own task {{task!r}} in version {v}")
         return tagged
 
     async def _barrier_completed(self, version: int) -> bool:
@@ -878,3 +874,13 @@ class Coordinator:
 
 def _owners(model: JobModel) -> dict[str, str]:
     return model.memo("owners", lambda m: m.active_owner())
+
+
+def _require_owner(model: JobModel, processor_id: str, task_names: Sequence[str],
+                   refusal: str) -> None:
+    """Fenced unless ``processor_id`` owns every task of ``task_names`` in ``model``;
+    ``refusal`` names the task as ``{task!r}``."""
+    owner = _owners(model)
+    for name in task_names:
+        if owner.get(name) != processor_id:
+            raise Fenced(refusal.format(task=name))

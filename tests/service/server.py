@@ -31,6 +31,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0) -> Server:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / f"server-{self.port}-{time.monotonic_ns()}.log"
         cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
                "--data-dir", str(self.data_dir), *self.args]

@@ -8,7 +8,7 @@ import json
 import httpx
 
 from tests.service.conftest import StartServer
-from tests.service.workers import SimWorker, ack_all, wait_for_version
+from tests.service.workers import SimWorker, joined
 
 ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "60000")
 
@@ -24,10 +24,7 @@ def test_out_of_range_lags_and_oversized_or_deep_stats_are_refused_before_writin
 ) -> None:
     server = start_server(*ARGS)
     with server.client() as c:
-        w1 = SimWorker(c, "w1", "host-a")
-        w1.register()
-        model = wait_for_version(c, 0)
-        ack_all([w1], model["version"])
+        w1, _ = joined(c, "w1", "host-a")
         assert w1.heartbeat({"Partition 0": 5}).status_code == 200
         huge = '{"taskLags": {"Partition 0": 1' + "0" * 400 + "}}"
         status, text = _raw_heartbeat(c, huge)
@@ -54,10 +51,7 @@ def test_lags_of_unknown_tasks_are_dropped_and_series_leave_with_their_processor
 ) -> None:
     server = start_server(*ARGS)
     with server.client() as c:
-        w1 = SimWorker(c, "w1", "host-a")
-        w1.register()
-        model = wait_for_version(c, 0)
-        ack_all([w1], model["version"])
+        w1, _ = joined(c, "w1", "host-a")
         invented = {f"invented-{i}": i for i in range(60_000)}
         beat = w1.heartbeat({**invented, "Partition 1": 7})
         assert beat.status_code == 200, beat.text
@@ -74,9 +68,7 @@ def test_state_restores_reported_in_stats_are_exported_for_known_tasks_only(
 ) -> None:
     server = start_server(*ARGS)
     with server.client() as c:
-        w1 = SimWorker(c, "w1", "host-a")
-        w1.register()
-        ack_all([w1], wait_for_version(c, 0)["version"])
+        w1, _ = joined(c, "w1", "host-a")
         figures = {"source": "remote", "bytes": 1234, "files": 3, "seconds": 0.25}
         beat = c.post("/processors/w1/heartbeat", headers=w1.lease, json={"stats": {
             "stateRestores": {"Partition 0": figures, "invented": figures,

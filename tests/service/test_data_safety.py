@@ -22,7 +22,7 @@ from service.database import make_engine, upgrade
 from service.local.ports import free_port
 from tests.infra.postgres import PostgresServer
 from tests.service.conftest import StartServer
-from tests.service.workers import SimWorker, ack_all, offsets_for, wait_for_version
+from tests.service.workers import SimWorker, ack_all, joined, offsets_for, settle, wait_for_version
 
 ARGS = ("--input", "kafka.orders:1", "--debounce-ms", "50", "--lease-ttl-ms", "60000",
         "--barrier-timeout-ms", "60000")
@@ -38,10 +38,7 @@ def test_a_late_commit_never_pairs_an_older_snapshot_with_newer_offsets(
 ) -> None:
     server = start_server(*ARGS, "--store", store_url)
     with server.client() as c:
-        w1 = SimWorker(c, "w1", "host-a")
-        w1.register()
-        model = wait_for_version(c, 0)
-        ack_all([w1], model["version"])
+        w1, model = joined(c, "w1", "host-a")
         task = w1.tasks(model)["Partition 0"]
         newer = w1.commit(model["version"], {"Partition 0": _v2(task, 3000, "2000-2")})
         assert newer.status_code == 200 and newer.json()["advanced"] == 1
@@ -72,9 +69,8 @@ def _wait_owner(c: httpx.Client, since: int, owner: str,
     """The next versions until ``owner`` holds Partition 0 with the barrier done."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        model = wait_for_version(c, since)
+        model = settle(c, workers, since)
         since = model["version"]
-        ack_all([w for w in workers if w.processor_id in model["containers"]], since)
         if "Partition 0" in model["containers"].get(owner, {}).get("tasks", {}):
             return model
     raise AssertionError(f"{owner} never got Partition 0")
@@ -145,13 +141,9 @@ def test_a_model_stored_without_its_pointer_moving_does_not_block_later_versions
     start_server: StartServer, tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    data.mkdir()
     server = start_server(*ARGS, data_dir=data)
     with server.client() as c:
-        w1 = SimWorker(c, "w1", "host-a")
-        w1.register()
-        model = wait_for_version(c, 0)
-        ack_all([w1], model["version"])
+        _, model = joined(c, "w1", "host-a")
     server.stop()
     # what a crash between storing version 2's body and moving the pointer leaves behind
     store = _metadata_store(data)
@@ -169,15 +161,14 @@ def test_a_model_stored_without_its_pointer_moving_does_not_block_later_versions
                                                               "Partition 0_1_2"]
         w2 = SimWorker(c, "w2", "host-b")
         w2.register()
-        joined = wait_for_version(c, new["version"])
-        assert SimWorker(c, "w2", "host-b").tasks(joined)
+        after = wait_for_version(c, new["version"])
+        assert SimWorker(c, "w2", "host-b").tasks(after)
 
 
 def test_a_version_published_without_its_barrier_record_recovers_on_start(
     start_server: StartServer, tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    data.mkdir()
     server = start_server(*ARGS, data_dir=data)
     with server.client() as c:
         w1 = SimWorker(c, "w1", "host-a")
@@ -223,7 +214,6 @@ def test_a_second_embedded_coordinator_on_one_store_refuses_to_start(
     start_server: StartServer, tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    data.mkdir()
     first = start_server(*ARGS, data_dir=data)
     second = subprocess.run(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(free_port()),
@@ -246,7 +236,6 @@ def test_two_coordinators_on_one_postgresql_store_never_both_lead(
 ) -> None:
     store = postgres.create_database()
     lease = ("--store", store, "--leader-lease-ms", "1500")
-    (tmp_path / "a").mkdir()
     first = start_server(*ARGS, *lease, "--replica-id", "coord-a", data_dir=tmp_path / "a")
     second = subprocess.run(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(free_port()),
@@ -258,17 +247,13 @@ def test_two_coordinators_on_one_postgresql_store_never_both_lead(
         assert c.get("/readyz").json()["leader"] == "coord-a"
     # a crashed leader's lease runs out and a new coordinator takes over (epoch 2)
     first.kill()
-    (tmp_path / "c").mkdir()
     third = start_server(*ARGS, *lease, "--replica-id", "coord-c", data_dir=tmp_path / "c")
     with third.client() as c:
         assert c.get("/readyz").json()["leader"] == "coord-c"
-        w1 = SimWorker(c, "w1", "host-a")
-        w1.register()
-        model = wait_for_version(c, 0)
-        assert ack_all([w1], model["version"]) == "done"
+        _, model = joined(c, "w1", "host-a")  # its ack completes the barrier
+        assert c.get("/status").json()["activeVersion"] == model["version"]
     # a graceful stop gives the lease up: the next one starts at once
     third.stop()
-    (tmp_path / "d").mkdir()
     fourth = start_server(*ARGS, *lease, "--replica-id", "coord-d", data_dir=tmp_path / "d")
     with fourth.client() as c:
         assert c.get("/readyz").json()["leader"] == "coord-d"

@@ -6,10 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-
 from tests.service.conftest import StartServer
-from tests.service.workers import SimWorker, ack_all, wait_for_version
+from tests.service.workers import SimWorker, settle
 
 ARGS = ("--input", "kafka.orders:4", "--stateful", "--debounce-ms", "50",
         "--lease-ttl-ms", "60000", "--probing-interval-ms", "600000",
@@ -21,12 +19,6 @@ def standbys(model: dict[str, Any], pid: str) -> list[str]:
     return sorted(n for n, t in tasks.items() if t["taskMode"] == "Standby")
 
 
-def settle(c: httpx.Client, workers: list[SimWorker], since: int) -> dict[str, Any]:
-    model = wait_for_version(c, since)
-    ack_all([w for w in workers if w.processor_id in model["containers"]], model["version"])
-    return model
-
-
 def test_a_caught_up_warm_up_is_promoted_without_waiting_for_the_probing_timer(
     start_server: StartServer,
 ) -> None:
@@ -34,7 +26,7 @@ def test_a_caught_up_warm_up_is_promoted_without_waiting_for_the_probing_timer(
     with server.client() as c:
         w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
         w1.register()
-        first = settle(c, [w1], 0)
+        first = settle(c, [w1])
         every = sorted(w1.tasks(first))
         assert len(every) == 4
         assert w1.heartbeat(dict.fromkeys(every, 0)).status_code == 200

@@ -177,8 +177,6 @@ def test_a_fenced_replica_never_tells_live_workers_to_stop(
     job = f"job{uuid.uuid4().hex[:8]}"
     args = ("--metadata-store", "kafka", "--kafka-bootstrap", kafka.bootstrap, "--job", job,
             "--input", "kafka.orders:2", "--debounce-ms", "100", "--lease-ttl-ms", "60000")
-    (tmp_path / "old").mkdir()
-    (tmp_path / "new").mkdir()
     old = start_server(*args, data_dir=tmp_path / "old")
     with old.client() as c:
         w1 = SimWorker(c, "w1", "host-a")

@@ -14,18 +14,11 @@ from service.local.zookeeper import ZooKeeperEnsemble
 from tests.infra.postgres import PostgresServer
 from tests.service.conftest import StartServer
 from tests.service.ha import replicas, wait_leader
-from tests.service.workers import SimWorker, ack_all, wait_for_version
+from tests.service.workers import SimWorker, joined
 
 TTL_MS = 2000
 ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", str(TTL_MS),
         "--heartbeat-interval-ms", "400", "--barrier-timeout-ms", "30000")
-
-
-def _settled(c: httpx.Client, w: SimWorker) -> dict[str, object]:
-    assert w.register().status_code == 201
-    model = wait_for_version(c, 0)
-    assert ack_all([w], int(str(model["version"]))) == "done"
-    return model
 
 
 def _heartbeat_until_ok(url: str, pid: str, timeout_s: float) -> list[int]:
@@ -50,10 +43,9 @@ def test_a_coordinator_down_longer_than_the_lease_ttl_costs_no_lease(
     start_server: StartServer, tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    data.mkdir()
     server = start_server(*ARGS, data_dir=data)
     with server.client() as c:
-        model = _settled(c, SimWorker(c, "w1", "host-a"))
+        _, model = joined(c, "w1", "host-a")
     server.kill()
     time.sleep(TTL_MS / 1000 * 1.75)  # down longer than the TTL: no heartbeat lands
     again = start_server(*ARGS, data_dir=data)
@@ -74,8 +66,7 @@ def test_a_postgresql_outage_answers_503_costs_no_lease_and_recovers(
     try:
         server = start_server(*ARGS, "--store", pg.create_database())
         with server.client() as c:
-            w1 = SimWorker(c, "w1", "host-a")
-            model = _settled(c, w1)
+            w1, model = joined(c, "w1", "host-a")
             pg.pause()
             outage_started = time.monotonic()
             during = w1.heartbeat()
@@ -105,7 +96,7 @@ def test_a_zookeeper_outage_longer_than_the_lease_ttl_costs_no_lease(tmp_path: P
             wait_leader(servers)
             url = servers[0].url
             with httpx.Client(base_url=url, timeout=15) as c:
-                model = _settled(c, SimWorker(c, "w1", "host-a"))
+                _, model = joined(c, "w1", "host-a")
                 zk.stop_member(1, signal.SIGKILL)
                 time.sleep(TTL_MS / 1000 * 2)  # longer than the TTL, within the session
                 w1 = SimWorker(c, "w1", "host-a")

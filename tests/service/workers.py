@@ -90,3 +90,18 @@ def offsets_for(task: dict[str, Any], offset: int) -> dict[str, Any]:
     """A task checkpoint moving every SSPKb of ``task`` to ``offset``."""
     return {"inputOffsets": [{"ssp": ssp, "offset": str(offset)}
                              for ssp in task["systemStreamPartitions"]]}
+
+
+def settle(client: httpx.Client, workers: list[SimWorker], since: int = 0) -> dict[str, Any]:
+    """The next job model after ``since``, acknowledged by those of ``workers`` in it."""
+    model = wait_for_version(client, since)
+    ack_all([w for w in workers if w.processor_id in model["containers"]], model["version"])
+    return model
+
+
+def joined(client: httpx.Client, processor_id: str, location_id: str
+           ) -> tuple[SimWorker, dict[str, Any]]:
+    """A registered worker and the first job model, acknowledged."""
+    worker = SimWorker(client, processor_id, location_id)
+    assert worker.register().status_code in (200, 201)
+    return worker, settle(client, [worker])

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from service.local.kafka import LocalKafka
+from service.local.orders import create_topics
 from service.local.ports import stop_process
 from tests.service.conftest import StartServer
 from tests.service.server import Server
@@ -84,10 +83,7 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
 def new_topics(kafka: LocalKafka, partitions: int) -> tuple[str, str]:
     """A fresh input topic with ``partitions`` partitions and a one-partition output."""
     topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
-    for f in admin.create_topics([NewTopic(topic, partitions, 1),
-                                  NewTopic(output, 1, 1)]).values():
-        f.result(30)
+    create_topics(kafka.bootstrap, [(topic, partitions), (output, 1)])
     return topic, output
 
 

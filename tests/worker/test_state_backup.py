@@ -15,7 +15,7 @@ from service.local.s3 import LocalS3
 from worker.state.backup import Uploader, UploadResult, blob_key
 from worker.state.blobs import ObjectBlobStore, open_blob_store
 from worker.state.restore import CorruptBlob, open_live, restore_snapshot
-from worker.state.snapshot import Digests, snapshot_dir
+from worker.state.snapshot import Digests, inventory, snapshot_dir
 from worker.state.store import TaskStore
 
 TASK = "Partition 0_1_2"
@@ -109,7 +109,7 @@ def test_an_upload_cut_short_leaves_the_previous_marker_whole(
     newer = live.snapshot(snapshot_dir(tmp_path, TASK, "2-2"))
     live.close()
     # the process dies after sending one file of the newer snapshot, before its index
-    name, info = next((n, i) for n, i in Digests().of_folder(newer).items()
+    name, info = next((n, i) for n, i in inventory(newer, Digests()).items()
                       if n.endswith(".sst") and not blobs.exists(blob_key(i)))
     blobs.put_file(blob_key(info), newer / name)
     elsewhere = restore_snapshot(tmp_path / "other", committed.marker, blobs, Digests())

@@ -116,7 +116,3 @@ class Uploader:
         return UploadResult(marker, index, len(to_send),
                             sum(files[p.name].size for p in to_send.values()),
                             len(files) - len(to_send), time.perf_counter() - started)
-
-    def forget(self, keys: set[str]) -> None:
-        """Blobs deleted by garbage collection are no longer known to be stored."""
-        self._stored -= keys

@@ -83,10 +83,6 @@ class Digests:
             self._known[key] = digest
         return FileInfo(st.st_size, digest)
 
-    def of_folder(self, folder: Path) -> dict[str, FileInfo]:
-        """Every file of a snapshot folder by name (see :func:`inventory`)."""
-        return inventory(folder, self)
-
 
 def inventory(folder: Path, digests: Digests) -> dict[str, FileInfo]:
     """Every file of a snapshot folder by name (a RocksDB checkpoint is flat)."""
@@ -114,16 +110,3 @@ def index_path(snapshot: Path) -> Path:
     """Where the index of a local snapshot is kept: beside it (inside, it would be a file
     of the snapshot)."""
     return snapshot.with_name(snapshot.name + ".index.json")
-
-
-def remove_older(state_dir: Path, task_name: str, keep: set[str]) -> list[str]:
-    """Delete local snapshots of ``task_name`` other than ``keep``; returns their ids."""
-    root = task_dir(state_dir, task_name) / "snapshots"
-    if not root.exists():
-        return []
-    removed = []
-    for folder in sorted(root.iterdir()):
-        if folder.name not in keep:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder.name)
-    return removed

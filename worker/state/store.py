@@ -82,11 +82,6 @@ class TaskStore:
 
     # -- batches, snapshots
 
-    @property
-    def pending(self) -> int:
-        """Writes of the running batch not yet committed to RocksDB."""
-        return len(self._pending)
-
     def commit(self) -> int:
         """Apply the batch's writes atomically and flush them to SST files (a snapshot
         then needs no WAL replay); returns how many entries changed."""
