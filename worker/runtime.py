@@ -8,11 +8,8 @@ and its commit be acknowledged, stop the query, ack, wait for the barrier, start
 query. Each query gets a fresh Spark checkpoint folder: where to start comes from the
 coordinator's per-bucket checkpoints, never from Spark's own log.
 
-Commits are asynchronous (SAMZA-2591's shape): after a batch, the per-bucket next offsets
-are snapshotted synchronously, then uploaded by a background thread while the next batch
-runs. A commit still uploading when the next is due is skipped (the next one covers it,
-offsets being monotonic) while within ``max_commit_delay_s``; beyond that, processing
-waits for it. A fenced commit (409) stops the query at once.
+Commits are asynchronous (``worker.commits``): uploaded while the next batch runs, the
+newest always acknowledged before a hand-over. A fenced commit (409) stops the query.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +35,7 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
 from grouping.task_names import parse_standby_task_name
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
+from worker.commits import AsyncCommitter
 from worker.jars import connector_jars
 from worker.plan import QueryPlan, plan_query, sql_string
 from worker.state.store import TaskStore
@@ -194,48 +191,6 @@ def _pass_through(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     yield from batches
 
 
-class AsyncCommitter:
-    """Uploads commits in the background, at most one at a time."""
-
-    def __init__(self, upload: Callable[[int, dict[str, Any], str | None], int],
-                 max_delay_s: float) -> None:
-        self._upload = upload
-        self._max_delay_s = max_delay_s
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="commit")
-        self._pending: Future[int] | None = None
-        self._pending_since = 0.0
-        self.skipped = 0
-
-    def submit(self, version: int, checkpoints: dict[str, Any],
-               checkpoint_id: str | None = None) -> None:
-        """Upload ``checkpoints`` unless the previous upload still runs within the delay
-        (then skip: the next commit covers this one, state snapshots included); beyond
-        the delay, wait for it."""
-        if not checkpoints:
-            return
-        pending = self._pending
-        if pending is not None and not pending.done():
-            if time.monotonic() - self._pending_since < self._max_delay_s:
-                self.skipped += 1
-                return
-            log.warning("commit delayed beyond %.0fs: processing waits for it",
-                        self._max_delay_s)
-            pending.result()
-        if pending is not None and pending.done():
-            pending.result()  # surfaces Fenced from the previous upload
-        self._pending_since = time.monotonic()
-        self._pending = self._pool.submit(self._upload, version, checkpoints, checkpoint_id)
-
-    def flush(self) -> None:
-        """Wait until the last upload is acknowledged (raises what it raised)."""
-        if self._pending is not None:
-            self._pending.result()
-
-    def close(self) -> None:
-        """Stop the upload thread."""
-        self._pool.shutdown(wait=True)
-
-
 class Worker:
     """Runs one processor until :meth:`stop`."""
 
@@ -312,7 +267,12 @@ class Worker:
         heartbeats (a download must never delay a heartbeat)."""
         states = self._states
         assert states is not None
+        gc_every = states.config.gc_interval_s
+        next_gc = time.monotonic() + gc_every
         while not self._lease_lost.wait(interval_s):
+            if gc_every > 0 and time.monotonic() >= next_gc:
+                next_gc = time.monotonic() + gc_every
+                self._collect_garbage(states)
             model = self._model
             if model is None:
                 continue
@@ -325,6 +285,15 @@ class Worker:
                                             self._client.checkpoints)
             except Exception as e:  # the next round tries again
                 log.warning("state refresh failed: %s", e)
+
+    def _collect_garbage(self, states: TaskStates) -> None:
+        """Collect the blob store if the coordinator names this processor the collector."""
+        try:
+            collector, tasks = self._client.state_markers()
+            if collector == self.processor_id:
+                states.collect_garbage(tasks)
+        except Exception as e:  # the next interval tries again
+            log.warning("blob store collection failed: %s", e)
 
     # -- following job models
 
