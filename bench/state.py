@@ -64,6 +64,7 @@ def run_once(blobs: ObjectBlobStore, root: Path, mb: int) -> dict[str, tuple[flo
     out: dict[str, tuple[float, int]] = {}
     s, full = timed(lambda: uploader.upload(TASK, "1000-1", first, Digests()))
     out["backup, first (everything)"] = (s, full.uploaded_bytes)
+    uploader.committed(full.index)
     s, inc = timed(lambda: uploader.upload(TASK, "2000-2", second, Digests()))
     out["backup, 1% of keys changed"] = (s, inc.uploaded_bytes)
     marker = inc.marker

@@ -303,7 +303,8 @@ def _worker(args: argparse.Namespace) -> None:
         state_dir = Path(args.state_dir).resolve()
         state = StateConfig(state_dir, args.blob_store
                             or f"file://{state_dir.parent / 'coxswain-blobs'}",
-                            args.blob_store_endpoint)
+                            args.blob_store_endpoint, args.blob_gc_interval_s,
+                            args.blob_gc_grace_s)
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
@@ -412,6 +413,11 @@ def parser() -> argparse.ArgumentParser:
                    "backups (default: file://<state dir>/../coxswain-blobs)")
     w.add_argument("--blob-store-endpoint", help="an S3-compatible service's URL "
                    "(credentials from the usual AWS variables)")
+    w.add_argument("--blob-gc-interval-s", type=float, default=600.0,
+                   help="how often the collecting processor deletes blobs no retained "
+                        "checkpoint needs (0: never)")
+    w.add_argument("--blob-gc-grace-s", type=float, default=3600.0,
+                   help="indexes and blobs younger than this are always kept")
     w.add_argument("--log-level", default="INFO", help="DEBUG | INFO | WARNING")
     w.set_defaults(func=_worker)
 

@@ -152,6 +152,14 @@ class CoordinatorClient:
         self._raise(r)
         return dict(r.json())
 
+    def state_markers(self) -> tuple[str | None, dict[str, Any]]:
+        """The processor that should collect the blob store, and every task's last
+        checkpoint id and state checkpoint markers."""
+        r = self._call("GET", "/checkpoints/state-markers")
+        self._raise(r)
+        body = r.json()
+        return body.get("collector"), dict(body["tasks"])
+
     def commit(self, processor_id: str, version: int, checkpoints: dict[str, Any]) -> int:
         """Commit per-bucket offsets; returns how many moved forward (Fenced on 409)."""
         r = self._call("POST", "/checkpoints", json={

@@ -148,6 +148,17 @@ class SqlCheckpointStore:
                         r.checkpoint_id, json.loads(r.state_checkpoint_markers))
         return out
 
+    def read_all_task_meta(self) -> dict[str, TaskCheckpointMeta]:
+        """The v2 metadata of every task's last checkpoint, tasks of older job models
+        included (the blob store's collector keeps what any of them names)."""
+        t = task_checkpoints
+        with self._connect() as conn:
+            rows = conn.execute(select(t.c.task_name, t.c.checkpoint_id,
+                                       t.c.state_checkpoint_markers)).all()
+        return {r.task_name: TaskCheckpointMeta(r.checkpoint_id,
+                                                json.loads(r.state_checkpoint_markers))
+                for r in rows}
+
     def commit(
         self,
         entries: Mapping[BucketKey, int],

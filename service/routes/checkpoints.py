@@ -104,6 +104,21 @@ async def read_checkpoints(
     return out
 
 
+@router.get("/checkpoints/state-markers", dependencies=[Depends(require_worker)])
+async def read_state_markers(coordinator: Coord, store: Store) -> dict[str, Any]:
+    """The checkpoint id and state checkpoint markers of every task's last checkpoint,
+    tasks of older job models included: what a blob store's garbage collector must keep;
+    and ``collector``, the one processor that should collect (the first, by id, of the
+    latest job model), so that a thousand workers do not all list the blob store."""
+    meta = await asyncio.to_thread(store.read_all_task_meta)
+    model = coordinator.latest
+    return {"collector": min(model.containers) if model and model.containers else None,
+            "tasks": {name: {"checkpointId": m.checkpoint_id,
+                             "stateCheckpointMarkers": {b: dict(v) for b, v in
+                                                        m.state_checkpoint_markers.items()}}
+                      for name, m in sorted(meta.items())}}
+
+
 @router.post("/checkpoints", dependencies=[Depends(require_worker)],
              responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody},
                         409: {"model": ErrorBody}, 422: {"model": ErrorBody}},

@@ -138,6 +138,18 @@ def test_v2_checkpoint_id_and_state_markers_round_trip(start_server: StartServer
         assert got["stateCheckpointMarkers"] == {"blob": {"store1": "id-1"}}
         by_processor = c.get("/checkpoints", params={"processorId": pid}).json()
         assert "Partition 1" in by_processor
+        markers = c.get("/checkpoints/state-markers").json()
+        assert markers == {"collector": "w1", "tasks": {"Partition 1": {
+            "checkpointId": "1614147487244-33577",
+            "stateCheckpointMarkers": {"blob": {"store1": "id-1"}}}}}
+        # once the task is gone from the job model, its last checkpoint is still listed
+        # (the blob store's collector must keep what it names)
+        assert c.post("/scale", json={"elasticityFactor": 2}).status_code == 202
+        newer = wait_for_version(c, model["version"])
+        assert "Partition 1" not in {t for ct in newer["containers"].values()
+                                     for t in ct["tasks"]}
+        assert c.get("/checkpoints", params={"taskName": "Partition 1"}).status_code == 404
+        assert "Partition 1" in c.get("/checkpoints/state-markers").json()["tasks"]
 
 
 def test_bad_checkpoint_input_is_refused_and_writes_nothing(start_server: StartServer) -> None:

@@ -59,6 +59,7 @@ def test_backups_are_incremental_and_restores_fetch_only_what_is_missing(
     first = uploader.upload(TASK, "1000-1", live.snapshot(snapshot_dir(here, TASK, "1000-1")),
                             digests)
     assert first.uploaded_files == len(first.index.files) and first.reused_files == 0
+    uploader.committed(first.index)  # acknowledged: its files may be reused
     write_batch(live, 500, 500)
     second = uploader.upload(TASK, "2000-2", live.snapshot(snapshot_dir(here, TASK, "2000-2")),
                              digests)
@@ -67,8 +68,8 @@ def test_backups_are_incremental_and_restores_fetch_only_what_is_missing(
         f.sha256 for f in second.index.files.values()}
     assert shared and second.reused_files >= 1
     assert second.uploaded_bytes < second.index.size
-    again = Uploader(blobs).upload(TASK, "2000-2b", snapshot_dir(here, TASK, "2000-2"),
-                                   digests)  # a fresh process asks the store first
+    uploader.committed(second.index)
+    again = uploader.upload(TASK, "2000-2b", snapshot_dir(here, TASK, "2000-2"), digests)
     assert again.uploaded_files == 0
     live.close()
 

@@ -89,26 +89,33 @@ class UploadResult:
 
 
 class Uploader:
-    """Uploads snapshots; remembers which blobs are known to be stored."""
+    """Uploads snapshots, reusing only the blobs of each task's last committed index.
+
+    Reusing a blob that only *some* index names (another task's, or one never committed)
+    would race the garbage collector (``worker.state.gc``), which keeps old blobs only
+    while a latest committed checkpoint references them; so every other file is sent
+    again (content-addressed: the same key, now young)."""
 
     def __init__(self, blobs: BlobStore, parallelism: int = 8) -> None:
         self._blobs = blobs
         self._parallelism = parallelism
-        self._stored: set[str] = set()  # blob keys uploaded or seen in the store
+        self._reusable: dict[str, frozenset[str]] = {}  # task -> blobs of its committed index
+
+    def committed(self, index: SnapshotIndex) -> None:
+        """``index`` is its task's latest committed snapshot (acknowledged or restored)."""
+        self._reusable[index.task_name] = frozenset(blob_key(f) for f in index.files.values())
 
     def upload(self, task_name: str, checkpoint_id: str, folder: Path, digests: Digests,
                input_offsets: Sequence[Mapping[str, Any]] = ()) -> UploadResult:
-        """Upload what the store lacks of ``folder``'s files, then the index. Raises on
-        any failure (the commit then fails; nothing that is committed changes)."""
+        """Upload what the task's committed index lacks of ``folder``'s files, then the
+        index. Raises on any failure (the commit then fails; nothing committed changes)."""
         started = time.perf_counter()
         files = inventory(folder, digests)
-        missing = {blob_key(info): folder / name for name, info in files.items()
-                   if blob_key(info) not in self._stored}
+        reuse = self._reusable.get(task_name, frozenset())
+        to_send = {blob_key(info): folder / name for name, info in files.items()
+                   if blob_key(info) not in reuse}
         with ThreadPoolExecutor(self._parallelism) as pool:
-            present = dict(zip(missing, pool.map(self._blobs.exists, missing), strict=True))
-            to_send = {key: path for key, path in missing.items() if not present[key]}
             list(pool.map(lambda kv: self._blobs.put_file(*kv), to_send.items()))
-        self._stored.update(missing)
         index = SnapshotIndex(task_name, checkpoint_id, files, time.time(),
                               tuple(input_offsets))
         marker = index_key(task_name, checkpoint_id)

@@ -28,6 +28,7 @@ from checkpoint.errors import CheckpointFormatError
 from checkpoint.model import CheckpointId
 from worker.state.backup import MARKER_BACKEND, STORE_NAME, SnapshotIndex, Uploader
 from worker.state.blobs import BlobStore, open_blob_store
+from worker.state.gc import BlobCollector, GcPlan
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
 from worker.state.snapshot import Digests, held_tasks, index_path, snapshot_dir, task_dir
 from worker.state.store import TaskStore
@@ -42,6 +43,8 @@ class StateConfig:
     state_dir: Path
     blob_store: str  # file:///dir or s3://bucket/prefix
     blob_store_endpoint: str | None = None
+    gc_interval_s: float = 600.0  # how often the collecting processor collects (0: never)
+    gc_grace_s: float = 3600.0  # indexes and blobs younger than this are kept
 
 
 def marker_of(checkpoint: Mapping[str, Any]) -> str | None:
@@ -65,6 +68,7 @@ class TaskStates:
         self._digests = Digests()
         self._uploader = Uploader(self._blobs)
         self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
+        self._uploaded: dict[str, SnapshotIndex] = {}  # task -> its newest unacknowledged
         self._lock = threading.Lock()
         self.restores: dict[str, dict[str, Any]] = {}  # task -> figures of its last restore
 
@@ -83,6 +87,7 @@ class TaskStates:
                 result = restore_snapshot(self.state_dir, marker, self._blobs, self._digests)
                 with self._lock:
                     self._committed[task] = CheckpointId.parse(result.index.checkpoint_id)
+                self._uploader.committed(result.index)
             open_live(self.state_dir, task, None if result is None else result.folder).close()
             self.restores[task] = {
                 "source": "empty" if result is None else result.source,
@@ -110,6 +115,8 @@ class TaskStates:
                                            self._digests, checkpoint.get("inputOffsets", ()))
             index_path(snapshot_dir(self.state_dir, task, str(newest))).write_bytes(
                 result.index.to_bytes())
+            with self._lock:
+                self._uploaded[task] = result.index
             out[task] = {**checkpoint, "checkpointId": str(newest),
                          "stateCheckpointMarkers": {MARKER_BACKEND: {STORE_NAME: result.marker}}}
         return out
@@ -124,6 +131,9 @@ class TaskStates:
             done = CheckpointId.parse(raw)
             with self._lock:
                 self._committed[task] = done
+                uploaded = self._uploaded.get(task)
+            if uploaded is not None and uploaded.checkpoint_id == raw:
+                self._uploader.committed(uploaded)
             self._drop_older(task, done)
 
     def _drop_older(self, task: str, keep_from: CheckpointId) -> None:
@@ -176,6 +186,13 @@ class TaskStates:
             if lag is not None:
                 lags[task] = lag
         return lags
+
+    def collect_garbage(self, tasks: Mapping[str, Mapping[str, Any]]) -> GcPlan:
+        """Delete the blob store's indexes and blobs that neither the last checkpoint of
+        any task in ``tasks`` (task -> checkpoint id and markers) nor the grace period
+        keeps."""
+        markers = {m for checkpoint in tasks.values() if (m := marker_of(checkpoint))}
+        return BlobCollector(self._blobs, self.config.gc_grace_s).collect(markers)
 
     def _lag(self, task: str, checkpoint: Mapping[str, Any]) -> int | None:
         """Offsets between the task's newest local snapshot and ``checkpoint``."""
