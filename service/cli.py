@@ -300,6 +300,9 @@ def _worker(args: argparse.Namespace) -> None:
     if args.stateful:
         if args.api != "task":
             raise SystemExit("coxswain: --stateful needs --api task (state lives per task)")
+        if args.blob_gc_grace_s <= 0:
+            raise SystemExit("coxswain: --blob-gc-grace-s must be positive: blobs of a "
+                             "backup still uploading are kept for that long")
         state_dir = Path(args.state_dir).resolve()
         state = StateConfig(state_dir, args.blob_store
                             or f"file://{state_dir.parent / 'coxswain-blobs'}",

@@ -6,6 +6,7 @@ from local files, zero bytes downloaded) and a crash whose tasks restore elsewhe
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from collections import defaultdict
@@ -166,6 +167,84 @@ def test_a_killed_workers_tasks_resume_on_its_standby_without_a_full_download(
             moved = [taken[t] for t in w1_tasks]
             assert all(r["source"] in ("local", "partial") for r in moved), taken
             assert any(r["source"] == "local" and r["bytes"] == 0 for r in moved), taken
+    finally:
+        stop_workers(list(workers.values()))
+    check_counts(kafka, output, producing)
+
+
+def actives(model: dict[str, Any], pid: str) -> list[str]:
+    tasks = model["containers"].get(pid, {}).get("tasks", {})
+    return sorted(n for n, t in tasks.items() if t["taskMode"] == "Active")
+
+
+def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """w0 alone; w1 joins and gets warm-ups first: the actives move once the copies are
+    caught up, long before the 10-minute probing timer (KIP-441, event-driven probing);
+    w2 joins; w0 leaves gracefully; w1 is killed -9 mid-run and its tasks restore on w2.
+    Meanwhile the blob store is collected every 2 s (grace 5 s): restores keep working and
+    the indexes do not pile up."""
+    topic, output = new_topics(kafka, 4)
+    producing = Producing(kafka, topic)
+    producing.send(1000)
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
+                             "1000", "--lease-ttl-ms", "6000", "--elasticity-factor", "2",
+                             "--stateful", "--probing-interval-ms", "600000",
+                             "--probing-min-interval-ms", "1000",
+                             "--acceptable-recovery-lag", "400")
+    blob_dir = tmp_path / "blobs"
+    gc = ("--blob-gc-interval-s", "2", "--blob-gc-grace-s", "5")
+
+    def worker(pid: str) -> Any:
+        return stateful_worker(tmp_path, server, kafka, output, pid, f"file://{blob_dir}",
+                               *gc)
+
+    workers = {"w0": worker("w0")}
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            workers["w1"] = worker("w1")
+            joined = time.monotonic()
+            balanced: dict[str, Any] = {}
+            while not balanced:  # produce while w1 warms up and takes over
+                producing.send(50)
+                time.sleep(0.5)
+                model = c.get("/jobmodel").json()
+                if len(actives(model, "w1")) == 4 and model["barrier"] == "done":
+                    balanced = model
+                assert time.monotonic() - joined < 180, model["containers"].keys()
+            moved = actives(balanced, "w1")
+            assert c.get("/status").json()["lastRebalance"]["reason"] == "probing"
+            # the moved tasks started from the warmed-up copies, not from the blob store
+            warm = restores_of(c, "w1", lambda r: set(moved) <= set(r))
+            assert all(warm[t]["source"] in ("local", "partial") for t in moved), warm
+            wait_output(kafka, output, producing.total)
+
+            workers["w2"] = worker("w2")
+            for _ in range(6):
+                producing.send(100)
+                time.sleep(1)
+            workers["w0"].send_signal(signal.SIGTERM)  # leaves gracefully
+            for _ in range(4):
+                producing.send(100)
+                time.sleep(0.5)
+            assert workers["w0"].wait(120) == 0
+            wait_output(kafka, output, producing.total)
+            w1_tasks = actives(c.get("/jobmodel").json(), "w1")
+            for _ in range(4):  # the victim is mid-run when it dies
+                producing.send(100)
+                time.sleep(0.3)
+            workers["w1"].kill()
+            workers["w1"].wait(30)
+            producing.send(300)
+            wait_output(kafka, output, producing.total)
+            taken = restores_of(c, "w2", lambda r: set(w1_tasks) <= set(r))
+            assert any(taken[t]["source"] == "remote" for t in w1_tasks), taken
+            time.sleep(8)  # beyond the grace period: a collection or two
+            indexes = list((blob_dir / "indexes").rglob("*.json"))
+            # one committed index per task, plus those younger than the grace period
+            assert len(indexes) < 8 * 4, len(indexes)
     finally:
         stop_workers(list(workers.values()))
     check_counts(kafka, output, producing)
