@@ -695,6 +695,8 @@ class Coordinator:
         rate-limited, instead of at the probing timer."""
         if not (self._probing_wanted and self._warmups and self._leader.is_leader()):
             return
+        if self.config.probing_min_interval_s >= self.config.probing_interval_s:
+            return  # configured as timer only: the timer always comes first
         if self._clock.now() - self._last_probe < self.config.probing_min_interval_s:
             return
         lags = self.membership.task_lags()

@@ -46,7 +46,8 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--probing-interval-ms", {"type": int, "help": "probing rebalance interval (600000)"}),
     ("--probing-min-interval-ms", {"type": int, "help": "probing rebalances triggered by "
                                                         "caught-up warm-ups, at most once "
-                                                        "per this (5000)"}),
+                                                        "per this (5000); at or above "
+                                                        "--probing-interval-ms: timer only"}),
     ("--acceptable-recovery-lag", {"type": int, "help": "KIP-441 caught-up lag (10000)"}),
     ("--num-standbys", {"type": int, "help": "standby replicas per stateful task (0)"}),
     ("--max-warmup-replicas", {"type": int, "help": "warm-ups at once (2)"}),

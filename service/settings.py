@@ -86,7 +86,8 @@ class Settings(BaseSettings):
     probing_interval_ms: int = Field(600_000, ge=100)
     probing_min_interval_ms: int = Field(
         5_000, ge=0, description="a probing rebalance as soon as a warm-up caught up, at most "
-                                 "once per this interval")
+                                 "once per this interval; at or above probing_interval_ms "
+                                 "the timer alone probes")
     acceptable_recovery_lag: int = Field(10_000, ge=0)
     num_standbys: int = Field(0, ge=0)
     max_warmup_replicas: int = Field(2, ge=1)

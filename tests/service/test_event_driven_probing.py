@@ -46,3 +46,27 @@ def test_a_caught_up_warm_up_is_promoted_without_waiting_for_the_probing_timer(
         assert took < 10, took  # not the 600 s probing timer
         status = c.get("/status").json()
         assert status["lastRebalance"]["reason"] == "probing"
+
+
+def test_a_rate_limit_at_the_probing_interval_leaves_probing_to_the_timer(
+    start_server: StartServer,
+) -> None:
+    """How a benchmark measures the timer alone: no event-driven probing rebalance."""
+    args = [a if a != "300" else "600000" for a in ARGS]  # min interval = probing interval
+    server = start_server(*args)
+    with server.client() as c:
+        w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
+        w1.register()
+        first = settle(c, [w1])
+        every = sorted(w1.tasks(first))
+        assert w1.heartbeat(dict.fromkeys(every, 0)).status_code == 200
+        w2.register()
+        second = settle(c, [w1, w2], first["version"])
+        warming = standbys(second, "w2")
+        assert warming and not w2.tasks(second), second["containers"]["w2"]
+        names = [n.removeprefix("Standby-").rsplit("-", 1)[0] for n in warming]
+        for _ in range(4):  # heartbeats say the warm-ups are caught up, again and again
+            assert w2.heartbeat(dict.fromkeys(names, 0)).status_code == 200
+            w1.heartbeat(dict.fromkeys(every, 0))
+            time.sleep(0.5)
+        assert c.get("/jobmodel").json()["version"] == second["version"]
