@@ -389,7 +389,8 @@ def parser() -> argparse.ArgumentParser:
                        formatter_class=defaults)
     w.add_argument("--coordinator", default=os.environ.get("COXSWAIN_URL",
                                                            "http://127.0.0.1:8080"),
-                   help="the coordinator's URL ($COXSWAIN_URL)")
+                   help="the coordinator's URL, or its replicas' URLs comma-separated "
+                        "(tried in turn when one is unreachable) ($COXSWAIN_URL)")
     w.add_argument("--app", required=True, help="module:function: process_batch(df, ctx), "
                    "or process_task(ctx, rows) with --api task")
     w.add_argument("--api", choices=["batch", "task"], default="batch",

@@ -43,16 +43,33 @@ class Registration:
 
 
 class CoordinatorClient:
-    """A thread-safe client of one coordinator (or a load balancer in front of replicas)."""
+    """A thread-safe client of a coordinator's replicas (or a load balancer in front).
 
-    def __init__(self, url: str, token: str | None = None, *, max_attempts: int = 8,
-                 base_delay_s: float = 0.1, max_delay_s: float = 5.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    ``url`` may list replicas, comma-separated: any replica answers every route (followers
+    forward nothing; they read and write the shared store), so a request that finds its
+    replica unreachable or unavailable (5xx) goes to the next one. Requests are retried,
+    with jittered exponential backoff, for up to ``retry_for_s``: a ZooKeeper or database
+    outage shorter than that costs a worker nothing (its lease is kept meanwhile).
+    """
+
+    def __init__(self, url: str, token: str | None = None, *, retry_for_s: float = 90.0,
+                 base_delay_s: float = 0.1, max_delay_s: float = 3.0,
+                 request_timeout_s: float = 15.0,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url, headers=headers, timeout=70)
-        self._max_attempts = max_attempts
+        self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+        if not self.urls:
+            raise ValueError("no coordinator URL given")
+        # a stopped (SIGSTOP) replica accepts connections and never answers: a short read
+        # timeout, lengthened per call by the long poll's wait
+        self._timeout_s = request_timeout_s
+        self._http = httpx.Client(headers=headers,
+                                  timeout=httpx.Timeout(request_timeout_s, connect=5.0))
+        self._current = 0
+        self._retry_for_s = retry_for_s
         self._base, self._cap = base_delay_s, max_delay_s
-        self._sleep = sleep
+        self._sleep, self._clock = sleep, clock
         self._lease_token: str | None = None  # of the last registration
 
     def _lease(self) -> dict[str, str]:
@@ -63,20 +80,29 @@ class CoordinatorClient:
         self._http.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        for attempt in range(self._max_attempts):
+        deadline = self._clock() + self._retry_for_s
+        attempt = 0
+        while True:
+            index = self._current
+            url = self.urls[index % len(self.urls)]
             try:
-                r = self._http.request(method, path, **kwargs)
+                r = self._http.request(method, url + path, **kwargs)
             except httpx.TransportError as e:
                 reason = f"{type(e).__name__}"
             else:
                 if r.status_code < 500:
                     return r
                 reason = f"HTTP {r.status_code}"
+            if len(self.urls) > 1 and self._current == index:
+                self._current = index + 1  # the next replica, for every thread
+            if self._clock() >= deadline:
+                raise ConnectionError(f"{method} {path}: coordinator unavailable for "
+                                      f"{self._retry_for_s:.0f}s ({reason})")
             delay = random.uniform(0, min(self._cap, self._base * 2 ** attempt))
-            log.warning("%s %s failed (%s); retrying in %.2fs", method, path, reason, delay)
+            attempt += 1
+            log.warning("%s %s at %s failed (%s); retrying in %.2fs", method, path, url,
+                        reason, delay)
             self._sleep(delay)
-        raise ConnectionError(f"{method} {path}: coordinator unavailable after "
-                              f"{self._max_attempts} attempts")
 
     @staticmethod
     def _raise(r: httpx.Response) -> None:
@@ -133,7 +159,8 @@ class CoordinatorClient:
             params["waitMs"] = wait_ms
         if barrier is not None:
             params["barrier"] = barrier
-        r = self._call("GET", "/jobmodel", params=params)
+        r = self._call("GET", "/jobmodel", params=params,
+                       timeout=httpx.Timeout(self._timeout_s + wait_ms / 1000, connect=5.0))
         if r.status_code in (304, 404) and (r.status_code == 304 or since is None):
             return None
         self._raise(r)

@@ -1,0 +1,317 @@
+"""Stateful jobs end to end on a real Kafka broker, Spark workers and moto's S3 API server:
+what standbys, event-driven probing and state backups cost or save.
+
+* failover: two workers share 4 tasks holding ~``--mb`` MB of per-key state; one is killed
+  -9 while records flow; seconds from the kill to the first record of its tasks processed
+  by the survivor (lease expiry + rebalance + restore + query start), and the bytes its
+  restores downloaded; with one standby per task and with none.
+* scale-out: one worker runs all 4 tasks; a second joins and gets warm-ups first (KIP-441);
+  seconds from its join (first job model naming it) to the balanced model (2 actives each,
+  barrier done), with event-driven probing and with the probing timer alone (both with a
+  ``--probing-interval-s`` timer, shortened from the default 10 minutes to keep the run
+  short).
+* throughput: one worker processes ``--records`` pre-produced records with per-key state
+  (every record rewrites its key's 4 KB profile; backups to S3 after each batch) and the
+  same app without state; records/s from the first record's processing to the last one's.
+
+Run: .venv/bin/python -m bench.stateful [--mb 40] [--records 20000] [--probing-interval-s 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from service.local.kafka import LocalKafka
+from service.local.orders import create_topics
+from service.local.ports import stop_process
+from service.local.s3 import CREDENTIALS, LocalS3
+from tests.service.server import Server
+
+PROFILE_BYTES = 4096
+
+
+def profile_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
+    """process_task with state: per key a counter and a 4 KB profile rewritten by every
+    record; outputs (key, seq, count, task, processor, t)."""
+    out = []
+    for k, v in zip(rows["key"], rows["value"], strict=True):
+        count = ctx.state.get(k, "count", 0) + 1
+        ctx.state.set(k, "count", count)
+        ctx.state.set_bytes(k, "profile", os.urandom(PROFILE_BYTES))
+        out.append(json.dumps({"key": k.decode(), "seq": int(v), "count": count,
+                               "task": ctx.task_name, "processor": ctx.processor_id,
+                               "t": time.time()}))
+    return pd.DataFrame({"key": list(rows["key"]), "value": out})
+
+
+def stateless_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
+    """The same output and per-record work, without state."""
+    out = []
+    for k, v in zip(rows["key"], rows["value"], strict=True):
+        os.urandom(PROFILE_BYTES)
+        out.append(json.dumps({"key": k.decode(), "seq": int(v), "count": 0,
+                               "task": ctx.task_name, "processor": ctx.processor_id,
+                               "t": time.time()}))
+    return pd.DataFrame({"key": list(rows["key"]), "value": out})
+
+
+class Keyed:
+    """A producer of keyed records carrying each key's sequence number."""
+
+    def __init__(self, kafka: LocalKafka, topic: str, keys: int) -> None:
+        self._p = Producer({"bootstrap.servers": kafka.bootstrap, "log_level": 2,
+                            "partitioner": "murmur2_random", "linger.ms": 20})
+        self._topic, self._keys = topic, keys
+        self._seq: dict[int, int] = defaultdict(int)
+        self.total = 0
+
+    def send(self, n: int) -> None:
+        for _ in range(n):
+            key = self.total * 7919 % self._keys
+            self._p.produce(self._topic, key=f"key-{key}".encode(),
+                            value=str(self._seq[key]).encode())
+            self._seq[key] += 1
+            self.total += 1
+            if self.total % 10_000 == 0:
+                self._p.flush(60)
+        self._p.flush(60)
+
+
+def read_output(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                  "enable.partition.eof": True, "log_level": 2})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[dict[str, Any]] = []
+    try:
+        while True:
+            msg = c.poll(5)
+            if msg is None or msg.error() is not None:
+                return out
+            out.append(json.loads(msg.value() or b"{}"))
+    finally:
+        c.close()
+
+
+def wait_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 900
+                ) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = read_output(kafka, topic)
+        if len({(r["key"], r["seq"]) for r in records}) >= n:
+            return records
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(records)} of {n} records processed")
+        time.sleep(2)
+
+
+class Job:
+    """A coordinator, its topics, a bucket, and workers started as processes."""
+
+    def __init__(self, kafka: LocalKafka, s3: LocalS3, root: Path, keys: int,
+                 *server_args: str) -> None:
+        self.kafka, self.s3, self.root = kafka, s3, root
+        self.topic, self.output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+        create_topics(kafka.bootstrap, [(self.topic, 2), (self.output, 1)])
+        self.producer = Keyed(kafka, self.topic, keys)
+        bucket = f"bench-{uuid.uuid4().hex[:8]}"
+        s3.create_bucket(bucket)
+        self.blobs = f"s3://{bucket}/job"
+        self.server = Server(root / "coordinator", [
+            "--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{self.topic}",
+            "--elasticity-factor", "2", "--debounce-ms", "300", "--stateful",
+            "--partition-poll-interval-ms", "1000", "--log-level", "WARNING",
+            *server_args]).start()
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start_worker(self, pid: str, app: str = "bench.stateful:profile_task",
+                     stateful: bool = True) -> None:
+        state = ["--stateful", "--state-dir", str(self.root / f"state-{pid}"),
+                 "--blob-store", self.blobs, "--blob-store-endpoint",
+                 self.s3.endpoint] if stateful else []
+        self.workers[pid] = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--coordinator", self.server.url,
+             "--api", "task", "--app", app, "--output-topic", self.output,
+             "--kafka-bootstrap", self.kafka.bootstrap, "--processor-id", pid,
+             "--location", f"host-{pid}", "--spark-master", "local[2]",
+             "--max-offsets-per-trigger", "4000", *state],
+            stdout=(self.root / f"{pid}.log").open("ab"), stderr=subprocess.STDOUT,
+            env={**os.environ, **CREDENTIALS})
+
+    def model(self) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.server.url}/jobmodel", timeout=30).json())
+
+    def stats(self, pid: str) -> dict[str, Any]:
+        for p in httpx.get(f"{self.server.url}/status", timeout=30).json()["processors"]:
+            if p["processorId"] == pid:
+                return dict(p.get("stats") or {})
+        return {}
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        for w in self.workers.values():
+            stop_process(w, grace_s=60)
+        self.server.stop()
+
+
+def actives(model: dict[str, Any], pid: str) -> list[str]:
+    tasks = model["containers"].get(pid, {}).get("tasks", {})
+    return sorted(n for n, t in tasks.items() if t["taskMode"] == "Active")
+
+
+def failover(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, standbys: int
+             ) -> tuple[float, int, str]:
+    """Seconds from kill -9 to the victim's tasks' first output on the survivor; bytes
+    those restores downloaded; their restore sources."""
+    keys = mb * 1024 * 1024 // PROFILE_BYTES
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "6000",
+              "--num-standbys", str(standbys))
+    try:
+        job.producer.send(keys)  # every key once: the state reaches its size
+        for pid in ("w0", "w1"):
+            job.start_worker(pid)
+        wait_output(kafka, job.output, job.producer.total)
+        time.sleep(8)  # standby refreshes after the last commit
+        victim = actives(job.model(), "w1")
+        flowing = threading.Event()
+
+        def produce() -> None:
+            while not flowing.is_set():
+                job.producer.send(100)
+                time.sleep(0.25)
+
+        feeder = threading.Thread(target=produce, daemon=True)
+        feeder.start()
+        time.sleep(3)
+        killed_at = time.time()
+        job.workers["w1"].kill()
+        job.workers["w1"].wait(30)
+        deadline = time.monotonic() + 300
+        resumed = None
+        while resumed is None and time.monotonic() < deadline:
+            time.sleep(1)
+            after = [r["t"] for r in read_output(kafka, job.output)
+                     if r["task"] in victim and r["processor"] == "w0" and r["t"] > killed_at]
+            resumed = min(after) if after else None
+        flowing.set()
+        feeder.join(30)
+        if resumed is None:
+            raise RuntimeError("the killed worker's tasks never resumed")
+        restores: dict[str, Any] = {}
+        deadline = time.monotonic() + 60  # stats come with the heartbeat after a batch
+        while not set(victim) <= set(restores) and time.monotonic() < deadline:
+            time.sleep(1)
+            restores = job.stats("w0").get("stateRestores", {})
+        moved = [restores.get(t, {}) for t in victim]
+        return (resumed - killed_at, sum(int(r.get("bytes", 0)) for r in moved),
+                ",".join(sorted({str(r.get("source")) for r in moved})))
+    finally:
+        job.close()
+
+
+def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: float,
+              event_driven: bool) -> float:
+    """Seconds from the second worker's join to the balanced model."""
+    keys = mb * 1024 * 1024 // PROFILE_BYTES
+    min_interval = 1000 if event_driven else int(probing_s * 1000)
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", "--probing-interval-ms",
+              str(int(probing_s * 1000)), "--probing-min-interval-ms", str(min_interval),
+              "--acceptable-recovery-lag", "2000")
+    try:
+        job.producer.send(keys)
+        job.start_worker("w0")
+        wait_output(kafka, job.output, job.producer.total)
+        job.start_worker("w1")
+        joined = None
+        deadline = time.monotonic() + 20 * probing_s + 300
+        while time.monotonic() < deadline:
+            job.producer.send(50)
+            time.sleep(0.5)
+            model = job.model()
+            if joined is None and "w1" in model["containers"]:
+                joined = time.monotonic()
+            if len(actives(model, "w1")) == 2 and model["barrier"] == "done":
+                assert joined is not None
+                return time.monotonic() - joined
+        raise RuntimeError("never balanced")
+    finally:
+        job.close()
+
+
+def throughput(kafka: LocalKafka, s3: LocalS3, root: Path, records: int, keys: int,
+               stateful: bool) -> float:
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000")
+    try:
+        job.producer.send(records)
+        job.start_worker("w0", "bench.stateful:" + ("profile_task" if stateful
+                                                    else "stateless_task"), stateful)
+        out = wait_output(kafka, job.output, records)
+        times = sorted(r["t"] for r in out)
+        return float(len(out) / (times[-1] - times[0]))
+    finally:
+        job.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=40, help="state of the job, MB")
+    parser.add_argument("--records", type=int, default=20000)
+    parser.add_argument("--probing-interval-s", type=float, default=60.0)
+    parser.add_argument("--only", choices=["failover", "scale-out", "throughput"])
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    os.environ.update(CREDENTIALS)
+    kafka = LocalKafka.create().start()
+    s3 = LocalS3.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="coxswain-bench-stateful-") as tmp:
+            root = Path(tmp)
+            if args.only in (None, "failover"):
+                print("| failover (kill -9) | seconds to output resumed | MB downloaded | "
+                      "restore |\n|---|---|---|---|", flush=True)
+                for n in (0, 1):
+                    s, moved, source = failover(kafka, s3, root / f"failover-{n}", args.mb, n)
+                    print(f"| {n} standby | {s:.1f} | {moved / 1e6:.1f} | {source} |",
+                          flush=True)
+            if args.only in (None, "scale-out"):
+                print(f"\n| scale-out 1 -> 2 workers (timer {args.probing_interval_s:.0f} s) "
+                      "| seconds from join to balanced |\n|---|---|", flush=True)
+                for event in (True, False):
+                    s = scale_out(kafka, s3, root / f"scale-{event}", args.mb,
+                                  args.probing_interval_s, event)
+                    print(f"| {'event-driven probing' if event else 'timer alone'} "
+                          f"| {s:.1f} |", flush=True)
+            if args.only in (None, "throughput"):
+                print("\n| one worker, 2 cores | records/s | x stateless |\n|---|---|---|",
+                      flush=True)
+                keys = args.mb * 1024 * 1024 // PROFILE_BYTES
+                base = throughput(kafka, s3, root / "plain", args.records, keys, False)
+                print(f"| stateless | {base:,.0f} | 1.00 |", flush=True)
+                rate = throughput(kafka, s3, root / "state", args.records, keys, True)
+                print(f"| per-key state, backed up to S3 | {rate:,.0f} | {rate / base:.2f} |",
+                      flush=True)
+    finally:
+        s3.stop()
+        kafka.destroy()
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+
+
+if __name__ == "__main__":
+    main()
