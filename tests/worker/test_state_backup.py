@@ -129,3 +129,45 @@ def test_a_corrupt_blob_is_refused_and_leaves_no_snapshot(
     with pytest.raises(CorruptBlob):
         restore_snapshot(tmp_path / "b", done.marker, blobs, Digests())
     assert not snapshot_dir(tmp_path / "b", TASK, "1-1").exists()
+
+
+class CutShort:
+    """The real blob store, with the connection lost after ``n`` downloads (a crash or a
+    rebalance that interrupts a restore)."""
+
+    def __init__(self, blobs: ObjectBlobStore, n: int) -> None:
+        self._blobs, self._left = blobs, n
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._blobs, name)
+
+    def get_file(self, key: str, path: Path) -> int:
+        if self._left <= 0:
+            raise ConnectionError("connection lost")
+        self._left -= 1
+        return self._blobs.get_file(key, path)
+
+
+def test_an_interrupted_restore_resumes_where_it_stopped(
+    blobs: ObjectBlobStore, tmp_path: Path,
+) -> None:
+    """quix-streams #1146 / #1067: a rebalance during a restore started it from zero."""
+    here = tmp_path / "host-a"
+    live = open_live(here, TASK, None)
+    uploader = Uploader(blobs)
+    digests = Digests()
+    for i in range(4):  # several SST files
+        write_batch(live, i * 100, 100, payload=5000)
+        live.snapshot(snapshot_dir(here, TASK, f"{i + 1}-1"))
+    done = uploader.upload(TASK, "4-1", snapshot_dir(here, TASK, "4-1"), digests)
+    live.close()
+    assert len(done.index.files) >= 4
+    there = tmp_path / "host-b"
+    with pytest.raises(ConnectionError):
+        restore_snapshot(there, done.marker, CutShort(blobs, 2),  # type: ignore[arg-type]
+                         Digests(), parallelism=1)
+    again = restore_snapshot(there, done.marker, blobs, Digests())
+    assert again.resumed_files == 2
+    assert again.downloaded_files == len(done.index.files) - 2
+    with open_live(there, TASK, again.folder) as store:
+        assert store.get("customer-399", "count") == 399

@@ -46,6 +46,7 @@ class RestoreResult:
     downloaded_bytes: int
     local_files: int
     seconds: float
+    resumed_files: int = 0  # fetched by an earlier attempt that was interrupted
 
     @property
     def source(self) -> str:
@@ -68,10 +69,11 @@ def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Di
     claim_task_dir(state_dir, index.task_name)
     local = _local_files(state_dir, index.task_name, digests)
     staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    resumed = _resume_staging(staging, index, digests)
     fetch: dict[str, FileInfo] = {}
     for name, info in index.files.items():
+        if name in resumed:
+            continue  # fetched by an earlier attempt that was cut short
         have = local.get(info.sha256)
         if have is not None and name.endswith(".sst"):
             os.link(have, staging / name)
@@ -93,7 +95,27 @@ def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Di
     staging.rename(target)
     index_path(target).write_bytes(index.to_bytes())
     return RestoreResult(target, index, len(fetch), sum(sizes), len(index.files) - len(fetch),
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, len(resumed))
+
+
+def _resume_staging(staging: Path, index: SnapshotIndex, digests: Digests) -> set[str]:
+    """The files an earlier, interrupted restore of this snapshot already placed in
+    ``staging`` whole and with the right digest (kept: a rebalance or a crash during a
+    restore must not start it again from zero, quix-streams#1146); anything else there is
+    removed."""
+    if not staging.is_dir():
+        staging.mkdir(parents=True)
+        return set()
+    kept: set[str] = set()
+    for path in list(staging.iterdir()):
+        info = index.files.get(path.name)
+        if info is not None and path.is_file() and digests.of(path) == info:
+            kept.add(path.name)
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)  # a .partial download or a stranger
+    return kept
 
 
 def open_live(state_dir: Path, task_name: str, snapshot: Path | None) -> TaskStore:
