@@ -196,3 +196,4 @@ class TaskCheckpointMeta:
 
     checkpoint_id: str | None
     state_checkpoint_markers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    job_model_version: int = 0  # of the commit that wrote it (as read from the store)

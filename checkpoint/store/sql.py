@@ -4,8 +4,11 @@
 next offset to read, the checkpoint id, job model version and processor of the last commit
 that moved it. A commit is one transaction of monotonic upserts (an offset never moves
 backwards). ``task_checkpoints`` keeps the v2 part of each task's last checkpoint (id and
-state checkpoint markers); ``partition_resets`` the reset policy an operator set for a
-partition whose entries were cleared.
+state checkpoint markers, and the job model version of that commit);
+``task_key_spaces`` which task last wrote v2 metadata for each key space (how a task
+finds the snapshots of the tasks it was split from or merged from);
+``partition_resets`` the reset policy an operator set for a partition whose entries
+were cleared.
 """
 
 from __future__ import annotations
@@ -70,6 +73,17 @@ task_checkpoints = Table(
     Column("job_model_version", BigInteger, nullable=False),
     Column("processor_id", String(255), nullable=False),
     Column("updated_at", Double, nullable=False),
+)
+
+task_key_spaces = Table(
+    "task_key_spaces",
+    metadata,
+    Column("system", String(255), primary_key=True),
+    Column("stream", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("factor", Integer, primary_key=True),
+    Column("bucket", Integer, primary_key=True),
+    Column("task_name", String(512), nullable=False),
 )
 
 _ENTRY_COLUMNS = ("system", "stream", "partition", "factor", "bucket", "offset",
@@ -142,10 +156,32 @@ class SqlCheckpointStore:
         with self._connect() as conn:
             for chunk in _chunks(names, 500):
                 for r in conn.execute(select(t.c.task_name, t.c.checkpoint_id,
-                                             t.c.state_checkpoint_markers)
+                                             t.c.state_checkpoint_markers,
+                                             t.c.job_model_version)
                                       .where(t.c.task_name.in_(chunk))):
                     out[r.task_name] = TaskCheckpointMeta(
-                        r.checkpoint_id, json.loads(r.state_checkpoint_markers))
+                        r.checkpoint_id, json.loads(r.state_checkpoint_markers),
+                        int(r.job_model_version))
+        return out
+
+    def read_state_holders(self, partitions: Iterable[SystemStreamPartition]
+                           ) -> dict[str, list[EntryKey]]:
+        """Per task that last wrote v2 metadata for some key space of ``partitions``:
+        those key spaces."""
+        wanted = {(p.system, p.stream, p.partition) for p in partitions}
+        if not wanted:
+            return {}
+        k = task_key_spaces
+        out: dict[str, list[EntryKey]] = {}
+        with self._connect() as conn:
+            for system, stream in {(s, st) for s, st, _ in wanted}:
+                numbers = sorted(p for s, st, p in wanted if (s, st) == (system, stream))
+                for chunk in _chunks(numbers, 500):
+                    for r in conn.execute(select(k).where(and_(
+                            k.c.system == system, k.c.stream == stream,
+                            k.c.partition.in_(chunk)))):
+                        out.setdefault(r.task_name, []).append(
+                            (r.system, r.stream, r.partition, r.factor, r.bucket))
         return out
 
     def read_all_task_meta(self) -> dict[str, TaskCheckpointMeta]:
@@ -221,6 +257,16 @@ class SqlCheckpointStore:
                         "processor_id", "updated_at")},
                 )
                 conn.execute(stmt2, meta_rows)
+                k = task_key_spaces
+                space_rows = [{"system": key[0], "stream": key[1], "partition": key[2],
+                               "factor": key[3], "bucket": key[4], "task_name": name}
+                              for name in sorted(current) for key, _ in positions[name]]
+                stmt3 = self._insert(k)
+                stmt3 = stmt3.on_conflict_do_update(
+                    index_elements=[k.c.system, k.c.stream, k.c.partition, k.c.factor,
+                                    k.c.bucket],
+                    set_={"task_name": stmt3.excluded.task_name})
+                conn.execute(stmt3, space_rows)
         return CommitResult(advanced, len(rows) - advanced, stale)
 
     def _at_head(

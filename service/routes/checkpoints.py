@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from checkpoint.commit import build_commit, commit_index
+from checkpoint.commit import EntryKey, build_commit, commit_index, entry_key
 from checkpoint.model import BucketKey, TaskCheckpointMeta, parse_start_offset
 from checkpoint.resolution import entries_by_partition, resolve_ssp_start
 from checkpoint.serde import offset_to_json, skip_watermarks_to_json
+from checkpoint.state_sources import HeldState, state_sources
 from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
 from coordinator.lifecycle import Coordinator
@@ -76,14 +78,18 @@ async def read_checkpoints(
     wanted = [tasks[n] for n in names]
     partitions = {s.whole() for t in wanted for s in t.ssps}
 
-    def read() -> tuple[dict[BucketKey, int], dict[Any, Any], dict[str, TaskCheckpointMeta]]:
-        return (store.read_entries(partitions), store.read_resets(partitions),
-                store.read_task_meta(names))
+    stateful = coordinator.config.stateful
+    factor = model.elasticity_factor
 
-    entries, resets, meta = await asyncio.to_thread(read)
+    def read() -> tuple[dict[BucketKey, int], dict[Any, Any], dict[str, TaskCheckpointMeta],
+                        dict[str, list[EntryKey]]]:
+        holders = store.read_state_holders(partitions) if stateful else {}
+        return (store.read_entries(partitions), store.read_resets(partitions),
+                store.read_task_meta([*names, *holders]), holders)
+
+    entries, resets, meta, holders = await asyncio.to_thread(read)
     started = time.perf_counter()
     by_partition = entries_by_partition(entries)
-    factor = model.elasticity_factor
     default_reset = coordinator.config.reset_policy
     out: dict[str, Any] = {}
     for task in wanted:
@@ -100,8 +106,25 @@ async def read_checkpoints(
             "stateCheckpointMarkers": {b: dict(v) for b, v in
                                        (m.state_checkpoint_markers if m else {}).items()},
         }
+        if stateful:
+            out[task.name]["stateSources"] = _state_sources(task, factor, meta, holders)
     metrics.checkpoint_compute_seconds.observe(time.perf_counter() - started)
     return out
+
+
+def _state_sources(task: TaskModel, factor: int, meta: Mapping[str, TaskCheckpointMeta],
+                   holders: Mapping[str, list[EntryKey]]) -> list[dict[str, Any]]:
+    """The snapshots ``task``'s state is made of (``checkpoint.state_sources``)."""
+    spaces = [entry_key(ssp, factor) for ssp in task.ssps]
+    held = [HeldState(name, m.checkpoint_id, m.state_checkpoint_markers,
+                      m.job_model_version, tuple(holders.get(name) or spaces))
+            for name, m in meta.items()
+            if name in holders or name == task.name]  # own rows from before 0003
+    return [{"taskName": s.task_name, "checkpointId": s.checkpoint_id,
+             "stateCheckpointMarkers": {b: dict(v) for b, v in s.markers.items()},
+             "elasticityFactor": s.factor, "keyBuckets": list(s.buckets),
+             "nullKeys": s.null_keys}
+            for s in state_sources(spaces, held)]
 
 
 @router.get("/checkpoints/state-markers", dependencies=[Depends(require_worker)])

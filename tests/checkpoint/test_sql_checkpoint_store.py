@@ -42,7 +42,16 @@ def test_task_meta_round_trips(store: SqlCheckpointStore) -> None:
                  {"Partition 0": TaskCheckpointMeta("1-2", {"blob": {"s": "m"}})},
                  job_model_version=3, processor_id="w9")
     meta = store.read_task_meta(["Partition 0", "nope"])
-    assert meta == {"Partition 0": TaskCheckpointMeta("1-2", {"blob": {"s": "m"}})}
+    assert meta == {"Partition 0": TaskCheckpointMeta("1-2", {"blob": {"s": "m"}}, 3)}
+    # which task last wrote state for each key space: how a split or merge finds it
+    assert store.read_state_holders([P0, P1]) == {
+        "Partition 0": [(P0.system, P0.stream, P0.partition, 1, 0)]}
+    store.commit({BucketKey(P0, 2, 1): 5},
+                 {"Partition 0_1_2": TaskCheckpointMeta("2-0", {"blob": {"s": "n"}})},
+                 job_model_version=4, processor_id="w9")
+    assert store.read_state_holders([P0]) == {
+        "Partition 0": [(P0.system, P0.stream, P0.partition, 1, 0)],
+        "Partition 0_1_2": [(P0.system, P0.stream, P0.partition, 2, 1)]}
 
 
 def test_reset_moves_back_and_policy_resets_are_remembered(store: SqlCheckpointStore) -> None:

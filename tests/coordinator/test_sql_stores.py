@@ -10,12 +10,12 @@ from service.database import current_revision, downgrade, make_engine, upgrade
 def test_migrations_upgrade_downgrade_last_step_and_back(store_url: str) -> None:
     engine = make_engine(store_url)
     upgrade(engine)
-    assert current_revision(engine) == "0002"
+    assert current_revision(engine) == "0003"
     downgrade(engine)
-    assert current_revision(engine) == "0001"
-    tables = set(inspect(engine).get_table_names())
-    assert {"metadata_entries", "checkpoint_entries"} <= tables
-    assert "task_checkpoints" not in tables
-    upgrade(engine)
     assert current_revision(engine) == "0002"
+    tables = set(inspect(engine).get_table_names())
+    assert {"metadata_entries", "checkpoint_entries", "task_checkpoints"} <= tables
+    assert "task_key_spaces" not in tables
+    upgrade(engine)
+    assert current_revision(engine) == "0003"
     engine.dispose()

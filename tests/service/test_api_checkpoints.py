@@ -215,3 +215,44 @@ def test_admin_reset_moves_a_partition_back(start_server: StartServer) -> None:
         assert bad.json()["error"] == "unknown_partition"
         worse = c.post("/checkpoints/reset", json={"ssp": ssp, "offset": "soon"})
         assert worse.status_code == 400
+
+
+def commit_state(c: httpx.Client, model: dict[str, Any], task: str, offset: int,
+                 checkpoint_id: str) -> None:
+    pid = owner_of(model, task)
+    t = model["containers"][pid]["tasks"][task]
+    r = c.post("/checkpoints", headers=SimWorker.lease_of(pid), json={
+        "processorId": pid, "jobModelVersion": model["version"], "checkpoints": {task: {
+            **offsets_for(t, offset), "checkpointId": checkpoint_id,
+            "stateCheckpointMarkers": {"blob": {"state": f"{task}@{checkpoint_id}"}}}}})
+    assert r.status_code == 200, r.text
+
+
+def sources(c: httpx.Client, task: str) -> list[tuple[str, int, list[int], bool]]:
+    return [(s["taskName"], s["elasticityFactor"], s["keyBuckets"], s["nullKeys"])
+            for s in read(c, task)[task]["stateSources"]]
+
+
+def test_stateful_tasks_learn_which_snapshots_their_state_comes_from_across_scaling(
+    start_server: StartServer,
+) -> None:
+    """A split child restores its bucket of the parent's snapshot; a merged task the
+    union of its children's; back at factor 1, the task's own older snapshot is stale."""
+    server = start_server(*ARGS, "--stateful")
+    with server.client() as c:
+        workers, m1 = setup_two_workers(c)
+        assert sources(c, "Partition 0") == []  # nothing committed: empty state
+        commit_state(c, m1, "Partition 0", 100, "1000-1")
+        assert sources(c, "Partition 0") == [("Partition 0", 1, [0], True)]
+
+        m2 = scale(c, workers, 2, m1["version"])
+        assert sources(c, "Partition 0_0_2") == [("Partition 0", 2, [0], True)]
+        assert sources(c, "Partition 0_1_2") == [("Partition 0", 2, [1], False)]
+        commit_state(c, m2, "Partition 0_1_2", 130, "2000-1")  # only bucket 1 has state
+
+        scale(c, workers, 1, m2["version"])
+        assert sources(c, "Partition 0") == [("Partition 0", 2, [0], True),
+                                             ("Partition 0_1_2", 2, [1], False)]
+        cp = read(c, "Partition 0")["Partition 0"]
+        assert cp["stateSources"][1]["stateCheckpointMarkers"] == {
+            "blob": {"state": "Partition 0_1_2@2000-1"}}

@@ -60,9 +60,9 @@ def test_client_commands_say_when_no_server_answers() -> None:
 
 def test_db_upgrade_and_downgrade_commands(tmp_path: Path) -> None:
     up = cli("db", "upgrade", "--data-dir", str(tmp_path))
-    assert "revision 0002" in up.stdout, up.stderr
+    assert "revision 0003" in up.stdout, up.stderr
     down = cli("db", "downgrade", "--data-dir", str(tmp_path))
-    assert "revision 0001" in down.stdout, down.stderr
+    assert "revision 0002" in down.stdout, down.stderr
 
 
 def test_settings_precedence_flags_env_file_defaults(
