@@ -446,6 +446,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the logs folder")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per status poll
     config = ChaosConfig(seconds=args.minutes * 60, workers=args.workers, seed=args.seed)
     root = Path(tempfile.mkdtemp(prefix="coxswain-chaos-"))
     print(f"load average {os.getloadavg()[0]:.2f} at start; logs in {root}", flush=True)
