@@ -10,7 +10,7 @@ bytes. Each stored value carries a one-byte tag of its kind, so reads need no sc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,18 @@ class TaskStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         Checkpoint(self._db).create_checkpoint(str(target))
         return target
+
+    def ingest(self, entries: Sequence[tuple[bytes, bytes]]) -> int:
+        """Write stored (key, value) pairs as they are (another store's entries, when a
+        split or merge composes state); returns how many."""
+        if self._pending:
+            raise RuntimeError("commit or discard the batch before ingesting")
+        if entries:
+            batch = WriteBatch(raw_mode=True)
+            for stored, raw in entries:
+                batch.put(stored, raw)
+            self._db.write(batch)
+        return len(entries)
 
     def entries(self) -> Iterator[tuple[bytes, bytes]]:
         """Every committed (stored key, stored value), in key order."""

@@ -28,9 +28,18 @@ from checkpoint.errors import CheckpointFormatError
 from checkpoint.model import CheckpointId
 from worker.state.backup import MARKER_BACKEND, STORE_NAME, SnapshotIndex, Uploader
 from worker.state.blobs import BlobStore, open_blob_store
+from worker.state.compose import compose, is_own_whole, source_marker
 from worker.state.gc import BlobCollector, GcPlan
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
-from worker.state.snapshot import Digests, held_tasks, index_path, snapshot_dir, task_dir
+from worker.state.snapshot import (
+    Digests,
+    claim_task_dir,
+    held_tasks,
+    index_path,
+    inventory,
+    snapshot_dir,
+    task_dir,
+)
 from worker.state.store import TaskStore
 
 log = logging.getLogger("coxswain.worker.state")
@@ -45,6 +54,23 @@ class StateConfig:
     blob_store_endpoint: str | None = None
     gc_interval_s: float = 600.0  # how often the collecting processor collects (0: never)
     gc_grace_s: float = 3600.0  # indexes and blobs younger than this are kept
+
+
+COMPOSED_STANDBY_ID = "0-0"  # older than any real checkpoint id
+
+
+def _plan(task: str, checkpoint: Mapping[str, Any]
+          ) -> tuple[str | None, Sequence[Mapping[str, Any]]]:
+    """(the task's own snapshot marker, or the sources to compose from) of a resolved
+    checkpoint: ``stateSources`` when the coordinator gives them (``--stateful``)."""
+    sources = checkpoint.get("stateSources")
+    if sources is None:
+        return marker_of(checkpoint), ()
+    if not sources:
+        return None, ()
+    if is_own_whole(task, sources):
+        return source_marker(sources[0]), ()
+    return None, sources
 
 
 def marker_of(checkpoint: Mapping[str, Any]) -> str | None:
@@ -70,6 +96,10 @@ class TaskStates:
         self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
         self._uploaded: dict[str, SnapshotIndex] = {}  # task -> its newest unacknowledged
         self._lock = threading.Lock()
+        # restores and standby refreshes both build task folders (and a composition
+        # reads source tasks' folders that a restore then deletes): one at a time
+        self._build_lock = threading.RLock()
+        self._composed: dict[str, tuple[tuple[str, str], ...]] = {}  # standby -> sources
         self.restores: dict[str, dict[str, Any]] = {}  # task -> figures of its last restore
 
     @property
@@ -79,25 +109,71 @@ class TaskStates:
 
     def restore(self, checkpoints: Mapping[str, Mapping[str, Any]]) -> None:
         """Rebuild the live store of every task in ``checkpoints`` (task -> its resolved
-        checkpoint) from its committed snapshot; a task without one starts empty."""
-        for task, checkpoint in sorted(checkpoints.items()):
-            marker = marker_of(checkpoint)
-            result: RestoreResult | None = None
-            if marker is not None:
-                result = restore_snapshot(self.state_dir, marker, self._blobs, self._digests)
-                with self._lock:
-                    self._committed[task] = CheckpointId.parse(result.index.checkpoint_id)
-                self._uploader.committed(result.index)
-            open_live(self.state_dir, task, None if result is None else result.folder).close()
-            self.restores[task] = {
-                "source": "empty" if result is None else result.source,
-                "bytes": 0 if result is None else result.downloaded_bytes,
-                "files": 0 if result is None else result.downloaded_files,
-                "seconds": 0.0 if result is None else round(result.seconds, 3)}
-            if result is not None:
-                log.info("task %s: state restored from %s (%s, %d bytes in %d files "
-                         "downloaded, %.2fs)", task, marker, result.source,
-                         result.downloaded_bytes, result.downloaded_files, result.seconds)
+        checkpoint) from its committed snapshot, or, after a split or merge, from the
+        snapshots its ``stateSources`` name, filtered by key bucket; a task without any
+        starts empty."""
+        sources_used: set[str] = set()
+        with self._build_lock:
+            for task, checkpoint in sorted(checkpoints.items()):
+                marker, parts = _plan(task, checkpoint)
+                if parts:
+                    sources_used.update(str(p.get("taskName")) for p in parts)
+                    self._restore_composed(task, checkpoint, parts)
+                else:
+                    self._restore_own(task, marker)
+            # the source tasks' copies served their purpose (older factors' tasks)
+            for name in sources_used - set(checkpoints):
+                shutil.rmtree(task_dir(self.state_dir, name), ignore_errors=True)
+
+    def _restore_own(self, task: str, marker: str | None) -> None:
+        result: RestoreResult | None = None
+        if marker is not None:
+            result = restore_snapshot(self.state_dir, marker, self._blobs, self._digests)
+            with self._lock:
+                self._committed[task] = CheckpointId.parse(result.index.checkpoint_id)
+            self._uploader.committed(result.index)
+        open_live(self.state_dir, task, None if result is None else result.folder).close()
+        self.restores[task] = {
+            "source": "empty" if result is None else result.source,
+            "bytes": 0 if result is None else result.downloaded_bytes,
+            "files": 0 if result is None else result.downloaded_files,
+            "seconds": 0.0 if result is None else round(result.seconds, 3)}
+        if result is not None:
+            log.info("task %s: state restored from %s (%s, %d bytes in %d files "
+                     "downloaded, %.2fs)", task, marker, result.source,
+                     result.downloaded_bytes, result.downloaded_files, result.seconds)
+
+    def _restore_composed(self, task: str, checkpoint: Mapping[str, Any],
+                          parts: Sequence[Mapping[str, Any]]) -> None:
+        """A split child's or merged task's state: the entries of its key buckets from
+        each source snapshot, snapshotted under a new checkpoint id that the task's first
+        commit uploads (then it depends on no other task's blobs)."""
+        live = claim_task_dir(self.state_dir, task) / "live"
+        done = compose(self.state_dir, task, parts, self._blobs, self._digests, live)
+        checkpoint_id = new_checkpoint_id()
+        self._snapshot_composed(task, live, checkpoint_id, checkpoint)
+        with self._lock:
+            self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
+        self.restores[task] = {
+            "source": "composed", "bytes": done.downloaded_bytes,
+            "files": done.downloaded_files, "seconds": round(done.seconds, 3),
+            "from": list(done.sources)}
+        log.info("task %s: state composed from %s (%d entries; %d bytes in %d files "
+                 "downloaded, %.2fs)", task, ", ".join(done.sources), done.entries,
+                 done.downloaded_bytes, done.downloaded_files, done.seconds)
+
+    def _snapshot_composed(self, task: str, store_dir: Path, checkpoint_id: str,
+                           checkpoint: Mapping[str, Any]) -> Path:
+        """Snapshot a composed store, with a local index pairing it with the offsets the
+        task starts from (how far a standby's copy is behind is measured from those)."""
+        folder = snapshot_dir(self.state_dir, task, checkpoint_id)
+        shutil.rmtree(folder, ignore_errors=True)
+        with TaskStore(store_dir) as store:
+            store.snapshot(folder)
+        index = SnapshotIndex(task, checkpoint_id, inventory(folder, self._digests),
+                              time.time(), tuple(checkpoint.get("inputOffsets") or ()))
+        index_path(folder).write_bytes(index.to_bytes())
+        return folder
 
     def back_up(self, checkpoint_id: str, checkpoints: dict[str, Any]) -> dict[str, Any]:
         """``checkpoints`` (a commit body, task -> checkpoint) with, for each task that has
@@ -171,17 +247,17 @@ class TaskStates:
             committed = read_checkpoints(names) if names else {}
         for task in names:
             checkpoint = committed.get(task) or {}
-            marker = marker_of(checkpoint)
-            if task in standbys and marker is not None:
+            marker, parts = _plan(task, checkpoint)
+            if task in standbys and (marker is not None or parts):
                 try:
-                    result = restore_snapshot(self.state_dir, marker, self._blobs,
-                                              self._digests)
-                    if result.downloaded_files:
-                        log.info("standby %s: fetched %s (%d bytes)", task, marker,
-                                 result.downloaded_bytes)
-                    self._drop_older(task, CheckpointId.parse(result.index.checkpoint_id))
+                    with self._build_lock:
+                        if parts:
+                            self._refresh_composed(task, checkpoint, parts)
+                        else:
+                            assert marker is not None
+                            self._refresh_own(task, marker)
                 except (OSError, KeyError, ValueError) as e:  # retried at the next round
-                    log.warning("standby %s: snapshot %s not fetched: %s", task, marker, e)
+                    log.warning("standby %s: state not fetched: %s", task, e)
             lag = self._lag(task, checkpoint)
             if lag is not None:
                 lags[task] = lag
@@ -193,6 +269,32 @@ class TaskStates:
         keeps."""
         markers = {m for checkpoint in tasks.values() if (m := marker_of(checkpoint))}
         return BlobCollector(self._blobs, self.config.gc_grace_s).collect(markers)
+
+    def _refresh_own(self, task: str, marker: str) -> None:
+        result = restore_snapshot(self.state_dir, marker, self._blobs, self._digests)
+        if result.downloaded_files:
+            log.info("standby %s: fetched %s (%d bytes)", task, marker,
+                     result.downloaded_bytes)
+        self._composed.pop(task, None)
+        self._drop_older(task, CheckpointId.parse(result.index.checkpoint_id))
+
+    def _refresh_composed(self, task: str, checkpoint: Mapping[str, Any],
+                          parts: Sequence[Mapping[str, Any]]) -> None:
+        """A standby of a task that has no snapshot of its own yet (just split or merged):
+        built by the same rule as the active's, once per set of source snapshots, under
+        the oldest possible id so the task's own first snapshot replaces it."""
+        key = tuple((str(p.get("taskName")), str(p.get("checkpointId"))) for p in parts)
+        if self._composed.get(task) == key:
+            return
+        work = claim_task_dir(self.state_dir, task) / "standby-compose"
+        try:
+            done = compose(self.state_dir, task, parts, self._blobs, self._digests, work)
+            self._snapshot_composed(task, work, COMPOSED_STANDBY_ID, checkpoint)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self._composed[task] = key
+        log.info("standby %s: composed from %s (%d entries, %d bytes downloaded)", task,
+                 ", ".join(done.sources), done.entries, done.downloaded_bytes)
 
     def _lag(self, task: str, checkpoint: Mapping[str, Any]) -> int | None:
         """Offsets between the task's newest local snapshot and ``checkpoint``."""

@@ -1,0 +1,112 @@
+"""State that splits and merges with the elasticity factor, on a real blob store (a folder
+and moto's S3 API server): a split child restores exactly its key bucket of the parent's
+snapshot, a merged task the union of its children's, a standby builds the same, and each
+new task's first commit uploads a snapshot of its own. The coordinator's ``stateSources``
+are given as the data GET /checkpoints would return (``tests/service`` checks those)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grouping.key_bucket import key_bucket
+from service.local.s3 import LocalS3
+from worker.state.keys import split
+from worker.state.snapshot import snapshot_dir, task_dir
+from worker.state.store import TaskStore
+from worker.state.tasks import StateConfig, TaskStates
+
+KEYS = [f"customer-{i}".encode() for i in range(300)]
+
+
+@pytest.fixture(params=["file", "s3"])
+def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str | None]]:
+    if request.param == "file":
+        yield f"file://{tmp_path / 'blobs'}", None
+        return
+    server: LocalS3 = request.getfixturevalue("s3_server")
+    bucket = f"compose-{uuid.uuid4().hex[:8]}"
+    server.create_bucket(bucket)
+    yield f"s3://{bucket}/job", server.endpoint
+
+
+def offsets(bucket: int, n: int) -> list[dict[str, Any]]:
+    return [{"ssp": {"system": "kafka", "stream": "orders", "partition": 0,
+                     "keyBucket": bucket}, "offset": str(n)}]
+
+
+def run_batch(states: TaskStates, task: str, checkpoint_id: str, keys: list[bytes | None],
+              offset: int, bucket: int) -> dict[str, Any]:
+    """One batch of the counting app on ``task``'s live store (restored before),
+    committed; returns the task's checkpoint as a stateSources entry would name it."""
+    with TaskStore(task_dir(states.state_dir, task) / "live") as store:
+        for k in keys:
+            store.set(k, "count", store.get(k, "count", 0) + 1)
+        store.commit()
+        store.snapshot(snapshot_dir(states.state_dir, task, checkpoint_id))
+    body = states.back_up(checkpoint_id, {task: {"inputOffsets": offsets(bucket, offset)}})
+    states.committed(body)
+    return {"taskName": task, "checkpointId": body[task]["checkpointId"],
+            "stateCheckpointMarkers": body[task]["stateCheckpointMarkers"]}
+
+
+def counts(states: TaskStates, task: str) -> dict[bytes | None, int]:
+    with TaskStore(task_dir(states.state_dir, task) / "live") as store:
+        return {split(k)[0]: int(v[1:]) for k, v in store.entries()}
+
+
+def source(held: dict[str, Any], factor: int, buckets: list[int], nulls: bool
+           ) -> dict[str, Any]:
+    return {**held, "elasticityFactor": factor, "keyBuckets": buckets, "nullKeys": nulls}
+
+
+def test_state_splits_and_merges_by_key_bucket(blobs: tuple[str, str | None],
+                                                tmp_path: Path) -> None:
+    url, endpoint = blobs
+    a = TaskStates(StateConfig(tmp_path / "a", url, endpoint))
+    b = TaskStates(StateConfig(tmp_path / "b", url, endpoint))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS, *KEYS[:100], None], 401, 0)
+    everything = counts(a, "P")
+    assert everything[KEYS[0]] == 2 and everything[None] == 1
+
+    # split 1 -> 2: each child keeps its bucket of the parent's snapshot
+    children = {c: {"inputOffsets": offsets(c, 401),
+                 "stateSources": [source(parent, 2, [c], c == 0)]} for c in (0, 1)}
+    b.restore({f"C{c}": children[c] for c in (0, 1)})
+    for c in (0, 1):
+        got = counts(b, f"C{c}")
+        assert got == {k: n for k, n in everything.items()
+                       if (k is None and c == 0)
+                       or (k is not None and key_bucket(k, 0, 2) == c)}
+        assert b.restores[f"C{c}"]["source"] == "composed"
+        assert b.restores[f"C{c}"]["from"] == ["P"]
+    assert not task_dir(tmp_path / "b", "P").exists()  # the source's copy is gone
+    # each child's first commit uploads a snapshot of its own, even with no new record
+    body = b.back_up("9999999999999-0", {"C1": {"inputOffsets": offsets(1, 401)}})
+    assert body["C1"]["stateCheckpointMarkers"]["blob"]["state"].startswith("indexes/C1/")
+    b.committed(body)
+    c1 = {"taskName": "C1", "checkpointId": body["C1"]["checkpointId"],
+          "stateCheckpointMarkers": body["C1"]["stateCheckpointMarkers"]}
+    c0 = run_batch(b, "C0", "9999999999999-1",
+                   [k for k in KEYS if key_bucket(k, 0, 2) == 0], 500, 0)
+
+    # a standby of a task with no snapshot of its own yet builds it by the same rule
+    merged_cp = {"inputOffsets": offsets(-1, 401), "checkpointId": None,
+                 "stateSources": [source(c0, 2, [0], True), source(c1, 2, [1], False)]}
+    standby = TaskStates(StateConfig(tmp_path / "s", url, endpoint))
+    lags = standby.refresh([], ["M"], lambda names: {"M": merged_cp})
+    assert lags == {"M": 0}
+
+    # merge 2 -> 1: the union of the children's snapshots
+    a.restore({"M": merged_cp})
+    merged = counts(a, "M")
+    expected = {k: n + (1 if k is not None and key_bucket(k, 0, 2) == 0 else 0)
+                for k, n in everything.items()}
+    assert merged == expected
+    standby.restore({"M": merged_cp})  # promoted: the same state
+    assert counts(standby, "M") == expected

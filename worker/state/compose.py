@@ -1,0 +1,95 @@
+"""A task's state composed from other tasks' snapshots, filtered by key bucket: what a
+split child or a merged task starts from (``checkpoint.state_sources`` says which).
+
+Each source snapshot is made present locally (``restore_snapshot``: local files first,
+then downloads), copied aside (hard links), opened, and every entry whose record key
+falls in the source's buckets is written into the new store; null-key entries only from
+the source flagged for them. The sources' key sets are disjoint by construction, so the
+order of writes does not matter. The caller snapshots the result under a new checkpoint
+id, and the task's first commit uploads that snapshot: from then on it depends on no
+other task's blobs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grouping.key_bucket import key_bucket
+from worker.state.backup import MARKER_BACKEND, STORE_NAME
+from worker.state.blobs import BlobStore
+from worker.state.keys import split
+from worker.state.restore import restore_snapshot
+from worker.state.snapshot import Digests, clone, task_dir
+from worker.state.store import TaskStore
+
+BATCH = 10_000  # entries per RocksDB write batch
+
+
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """What a composition cost and moved."""
+
+    sources: tuple[str, ...]  # the source tasks
+    entries: int
+    downloaded_files: int
+    downloaded_bytes: int
+    seconds: float
+
+
+def source_marker(source: Mapping[str, Any]) -> str | None:
+    """The snapshot index a ``stateSources`` entry names."""
+    markers = source.get("stateCheckpointMarkers") or {}
+    value = (markers.get(MARKER_BACKEND) or {}).get(STORE_NAME)
+    return str(value) if value else None
+
+
+def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
+    """One source, the task itself: its own snapshot holds all of its state."""
+    return len(sources) == 1 and sources[0].get("taskName") == task
+
+
+def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
+            blobs: BlobStore, digests: Digests, into: Path) -> Composed:
+    """Build a fresh store at ``into`` holding, from each source snapshot, the entries of
+    its key buckets (API ``stateSources``)."""
+    started = time.perf_counter()
+    shutil.rmtree(into, ignore_errors=True)
+    files = size = written = 0
+    target = TaskStore(into)
+    try:
+        for i, source in enumerate(sources):
+            marker = source_marker(source)
+            if marker is None:
+                continue
+            restored = restore_snapshot(state_dir, marker, blobs, digests)
+            files += restored.downloaded_files
+            size += restored.downloaded_bytes
+            factor = int(source["elasticityFactor"])
+            buckets = frozenset(int(b) for b in source["keyBuckets"])
+            null_keys = bool(source.get("nullKeys"))
+            aside = task_dir(state_dir, task) / f"compose-{i}"
+            clone(restored.folder, aside)
+            try:
+                with TaskStore(aside) as store:
+                    pending: list[tuple[bytes, bytes]] = []
+                    for stored, raw in store.entries():
+                        key, _ = split(stored)
+                        if (null_keys if key is None
+                                else key_bucket(key, 0, factor) in buckets):
+                            pending.append((stored, raw))
+                        if len(pending) >= BATCH:
+                            written += target.ingest(pending)
+                            pending = []
+                    written += target.ingest(pending)
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)
+        target.commit()
+    finally:
+        target.close()
+    return Composed(tuple(str(s.get("taskName")) for s in sources), written, files, size,
+                    time.perf_counter() - started)
