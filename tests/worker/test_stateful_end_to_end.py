@@ -248,3 +248,62 @@ def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
     finally:
         stop_workers(list(workers.values()))
     check_counts(kafka, output, producing)
+
+
+@pytest.mark.parametrize("standbys", [0, 1])
+def test_state_follows_the_elasticity_factor_while_the_job_runs(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path, standbys: int,
+) -> None:
+    """Scale 1 -> 2 -> 4 -> 8 -> 2 -> 1 while producing; a worker is killed -9 during the
+    first split and one leaves gracefully during a merge. Every key's counter follows its
+    key bucket through each split and merge: count == seq + 1 on every output record."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(600)
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
+                             "1000", "--lease-ttl-ms", "6000", "--elasticity-factor", "1",
+                             "--stateful", "--num-standbys", str(standbys))
+    blobs = f"file://{tmp_path / 'blobs'}"
+
+    def worker(pid: str) -> Any:
+        return stateful_worker(tmp_path, server, kafka, output, pid, blobs)
+
+    workers = {pid: worker(pid) for pid in ("w0", "w1")}
+    composed: set[str] = set()
+
+    def produce_while_scaling(c: httpx.Client, factor: int,
+                              during: Callable[[], None] | None = None) -> None:
+        assert c.post("/scale", json={"elasticityFactor": factor}).status_code == 202
+        for i in range(5):
+            producing.send(100)
+            time.sleep(0.5)
+            if i == 1 and during is not None:
+                during()
+        wait_output(kafka, output, producing.total)
+        for p in c.get("/status").json()["processors"]:
+            restores = (p.get("stats") or {}).get("stateRestores") or {}
+            composed.update(t for t, r in restores.items() if r["source"] == "composed")
+
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            def kill_w1() -> None:
+                workers["w1"].kill()
+                workers["w1"].wait(30)
+                workers["w1"] = worker("w1")  # back a moment later
+
+            def w0_leaves() -> None:
+                workers["w0"].send_signal(signal.SIGTERM)
+                assert workers["w0"].wait(120) == 0
+                workers["w0"] = worker("w0")
+
+            produce_while_scaling(c, 2, kill_w1)
+            produce_while_scaling(c, 4)
+            produce_while_scaling(c, 8)
+            produce_while_scaling(c, 2, w0_leaves)
+            produce_while_scaling(c, 1)
+            assert c.get("/scale").json()["elasticityFactor"] == 1
+    finally:
+        stop_workers(list(workers.values()))
+    check_counts(kafka, output, producing)
+    assert composed, "no task reported a composed restore"
