@@ -272,7 +272,8 @@ def _demo(args: argparse.Namespace) -> None:
                          "--stage-seconds must be positive")
     plan = DemoPlan(partitions=args.partitions, keys=args.keys, rate=args.rate,
                     factors=tuple(args.factors), stage_s=args.stage_seconds,
-                    workers=args.workers, spark_master=args.spark_master)
+                    workers=args.workers, spark_master=args.spark_master,
+                    stateful=args.stateful)
     raise SystemExit(Demo(plan).run())
 
 
@@ -467,6 +468,9 @@ def parser() -> argparse.ArgumentParser:
                       help="how long each factor runs")
     demo.add_argument("--workers", type=int, default=2, help="Spark workers (processors)")
     demo.add_argument("--spark-master", default="local[2]", help="each worker's master")
+    demo.add_argument("--stateful", action="store_true",
+                      help="keep a running total per customer in task state, split and "
+                           "merged with the elasticity factor, and check every total")
     demo.set_defaults(func=_demo)
     return p
 

@@ -4,8 +4,11 @@ Starts a local KRaft Kafka broker, an embedded coordinator (SQLite) and two Spar
 (``worker.demo_app``), produces orders keyed by customer at a steady rate, scales the
 elasticity factor 1 -> 4 -> 2 while they run, and redraws a table of processors, tasks,
 lag and throughput. A reader of the output topic checks that every order came out and
-that each customer's orders came out in order. Everything it started is stopped (by pid)
-at the end, on Ctrl-C, or on SIGTERM.
+that each customer's orders came out in order. With ``stateful``, the workers keep a
+running total and order count per customer in their task state (``--stateful``, backed
+up to a folder), the table shows each task's state size, and the check includes every
+output record's total and count, through each split and merge of the state. Everything it
+started is stopped (by pid) at the end, on Ctrl-C, or on SIGTERM.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import httpx
 from confluent_kafka import Consumer, TopicPartition
 
 from service.local.kafka import LocalKafka
-from service.local.orders import create_topics, produce_orders
+from service.local.orders import amount_cents, create_topics, produce_orders
 from service.local.ports import free_port, stop_process, wait_until_answering
 
 INPUT_TOPIC = "demo-orders"
@@ -48,6 +51,7 @@ class DemoPlan:
     spark_master: str = "local[2]"
     start_timeout_s: float = 240.0
     drain_timeout_s: float = 120.0
+    stateful: bool = False  # a running total per customer in task state
 
 
 @dataclass
@@ -59,9 +63,16 @@ class OrderCheck:
     last: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     violations: int = 0
+    wrong_totals: int = 0  # stateful: a count or total that is not exactly its orders'
+    _totals: dict[str, list[int]] = field(default_factory=dict)  # key -> running totals
 
-    def add(self, key: str, seq: int) -> None:
-        """Record one output record."""
+    def add(self, key: str, seq: int, orders: int | None = None,
+            total_cents: int | None = None) -> None:
+        """Record one output record (with the running count and total of a stateful
+        run: they must be those of exactly the customer's orders 0..seq)."""
+        if total_cents is not None and (orders != seq + 1
+                                        or total_cents != self._total(key, seq)):
+            self.wrong_totals += 1
         if (key, seq) in self.seen:
             self.duplicates += 1
             return
@@ -69,6 +80,12 @@ class OrderCheck:
         if seq < self.last.get(key, -1):
             self.violations += 1
         self.last[key] = max(self.last.get(key, -1), seq)
+
+    def _total(self, key: str, seq: int) -> int:
+        totals = self._totals.setdefault(key, [])
+        while len(totals) <= seq:
+            totals.append((totals[-1] if totals else 0) + amount_cents(key, len(totals)))
+        return totals[seq]
 
     @property
     def distinct(self) -> int:
@@ -86,7 +103,8 @@ def render(status: dict[str, Any], stage: str, elapsed_s: float, produced: int,
         f"{status.get('elasticityFactor')}  last rebalance: "
         f"{(status.get('lastRebalance') or {}).get('reason', '-')}",
         f"orders produced {produced:,}  processed {check.distinct:,}  "
-        f"duplicates {check.duplicates}  per-key order violations {check.violations}",
+        f"duplicates {check.duplicates}  per-key order violations {check.violations}"
+        + (f"  wrong totals {check.wrong_totals}" if check.wrong_totals else ""),
         "",
     ]
     rows = [("PROCESSOR", "LOCATION", "TASKS", "RECORDS/S", "BATCH S", "LAG", "ON VERSION")]
@@ -97,10 +115,22 @@ def render(status: dict[str, Any], stage: str, elapsed_s: float, produced: int,
                      f"{stats.get('recordsPerSecond', 0):,.0f}",
                      f"{stats.get('batchSeconds', 0):.2f}", f"{lag:,}",
                      str(stats.get("version", "-"))))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    lines += _columns(rows)
+    state = sorted((task, p["processorId"], int(size))
+                   for p in status.get("processors", [])
+                   for task, size in ((p.get("stats") or {}).get("stateBytes") or {}).items())
+    if state:
+        lines += ["", f"state: {sum(n for _, _, n in state) / 1e6:,.1f} MB in "
+                      f"{len(state)} tasks"]
+        lines += _columns([("TASK", "PROCESSOR", "STATE KB"),
+                           *((t, pid, f"{n / 1e3:,.0f}") for t, pid, n in state)])
     return "\n".join(lines)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows]
 
 
 class Demo:
@@ -206,11 +236,15 @@ class Demo:
                          expected=f"all {produced:,} orders processed")
         with self._check_lock:
             distinct, dup, bad = self.check.distinct, self.check.duplicates, self.check.violations
+            wrong = self.check.wrong_totals
         self._say(f"\nproduced {produced:,} orders; processed {distinct:,} distinct "
-                  f"({dup} duplicates); per-key order violations: {bad}")
-        ok = distinct == produced and bad == 0
-        self._say("every order processed, each customer's orders in order" if ok
-                  else "CHECK FAILED: see the numbers above")
+                  f"({dup} duplicates); per-key order violations: {bad}"
+                  + (f"; running totals not exactly their orders': {wrong}"
+                     if self.plan.stateful else ""))
+        ok = distinct == produced and bad == 0 and wrong == 0
+        self._say(("every order processed, each customer's orders in order"
+                   + (", every running total exact" if self.plan.stateful else ""))
+                  if ok else "CHECK FAILED: see the numbers above")
         return ok
 
     def _wait_until(self, stage: str, api: httpx.Client, timeout_s: float,
@@ -284,18 +318,22 @@ class Demo:
             "serve", "--port", str(port), "--data-dir", str(self.work_dir / "coordinator"),
             "--kafka-bootstrap", bootstrap, "--input", f"kafka.{INPUT_TOPIC}",
             "--elasticity-factor", str(self.plan.factors[0]), "--debounce-ms", "200",
-            "--log-level", "WARNING"])
+            *(["--stateful"] if self.plan.stateful else []), "--log-level", "WARNING"])
         url = f"http://127.0.0.1:{port}"
         if wait_until_answering(f"{url}/readyz", proc, 30):
             return url
         raise RuntimeError(f"the coordinator did not start; see {self.work_dir}/coordinator.log")
 
     def _worker(self, url: str, bootstrap: str, i: int) -> None:
+        app = "total_per_customer" if self.plan.stateful else "process_order"
+        state = ["--stateful", "--state-dir", str(self.work_dir / f"state-{i}"),
+                 "--blob-store", f"file://{self.work_dir / 'blobs'}"
+                 ] if self.plan.stateful else []
         self._spawn(f"worker-{i}", [
             "worker", "--coordinator", url, "--api", "task",
-            "--app", "worker.demo_app:process_order", "--output-topic", OUTPUT_TOPIC,
+            "--app", f"worker.demo_app:{app}", "--output-topic", OUTPUT_TOPIC,
             "--kafka-bootstrap", bootstrap, "--spark-master", self.plan.spark_master,
-            "--processor-id", f"worker-{i}", "--location", f"host-{i}",
+            "--processor-id", f"worker-{i}", "--location", f"host-{i}", *state,
             "--log-level", "WARNING"])
 
     # -- data
@@ -322,7 +360,8 @@ class Demo:
                         continue
                     record = json.loads(msg.value() or b"{}")
                     with self._check_lock:
-                        self.check.add(record["key"], int(record["seq"]))
+                        self.check.add(record["key"], int(record["seq"]),
+                                       record.get("orders"), record.get("totalCents"))
         finally:
             consumer.close()
 

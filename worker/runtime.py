@@ -456,6 +456,7 @@ class Worker:
                 if states is not None:
                     self._stats["stateRestores"] = {
                         t: states.restores[t] for t in names if t in states.restores}
+                    self._stats["stateBytes"] = states.sizes(names)
 
         folder = self._root / f"v{plan.version}-{uuid.uuid4().hex[:8]}"
         query = (source.writeStream.foreachBatch(on_batch)

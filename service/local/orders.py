@@ -1,6 +1,7 @@
 """Example data for trying Coxswain locally: the topics the examples read and write, and a
-keyed producer of orders (``{"seq": n, "id": ...}`` per customer key, ``seq`` counting that
-customer's orders from 0, so a reader can check per-key order)."""
+keyed producer of orders (``{"seq": n, "id": ..., "amountCents": a}`` per customer key,
+``seq`` counting that customer's orders from 0, so a reader can check per-key order, and
+the amount a function of (customer, seq), so a reader can check running totals)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ import json
 import random
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Sequence
 
 # what `coxswain dev up` creates: the examples' input and the enrich example's output
 EXAMPLE_TOPICS: tuple[tuple[str, int], ...] = (("orders", 8), ("orders-enriched", 8))
+
+
+def amount_cents(key: str, seq: int) -> int:
+    """The amount of customer ``key``'s order number ``seq``: 1..10000 cents."""
+    return zlib.crc32(f"{key}:{seq}".encode()) % 10_000 + 1
 
 
 def parse_topic(spec: str) -> tuple[str, int]:
@@ -83,7 +90,8 @@ def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
             n = seq.get(key, 0)
             seq[key] = n + 1
             producer.produce(topic, key=key.encode(),
-                             value=json.dumps({"seq": n, "id": uuid.uuid4().hex}).encode(),
+                             value=json.dumps({"seq": n, "id": uuid.uuid4().hex,
+                                               "amountCents": amount_cents(key, n)}).encode(),
                              on_delivery=on_delivery)
             sent += 1
         producer.poll(0)

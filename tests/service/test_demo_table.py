@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 from service.demo import Demo, DemoPlan, OrderCheck, render
+from service.local.orders import amount_cents
 from tests.service.conftest import StartServer
 
 
@@ -15,6 +16,33 @@ def test_order_check_counts_duplicates_and_violations_per_key() -> None:
     assert check.distinct == 6
     assert check.duplicates == 1
     assert check.violations == 1  # b1 after b2
+
+
+def test_order_check_checks_running_totals_of_a_stateful_run() -> None:
+    check = OrderCheck()
+    a0, a1 = amount_cents("a", 0), amount_cents("a", 1)
+    check.add("a", 0, 1, a0)
+    check.add("a", 1, 2, a0 + a1)
+    check.add("a", 1, 2, a0 + a1)  # a duplicate with the right total is fine
+    assert check.wrong_totals == 0
+    check.add("b", 0, 2, amount_cents("b", 0))  # counted twice
+    check.add("a", 2, 3, a0 + a1)  # an order's amount missing
+    assert check.wrong_totals == 2
+
+
+def test_table_shows_state_size_per_task() -> None:
+    status = {"processors": [
+        {"processorId": "worker-1", "locationId": "host-1", "activeTasks": 2,
+         "stats": {"stateBytes": {"Partition 0_1_2": 120_000, "Partition 0_0_2": 80_000}}},
+        {"processorId": "worker-2", "locationId": "host-2", "activeTasks": 1,
+         "stats": {"stateBytes": {"Partition 1_0_2": 1_000_000}}}]}
+    table = render(status, "stage", 1.0, 0, OrderCheck()).splitlines()
+    at = table.index("state: 1.2 MB in 3 tasks")
+    assert [line.split() for line in table[at + 1:at + 5]] == [
+        ["TASK", "PROCESSOR", "STATE", "KB"],
+        ["Partition", "0_0_2", "worker-1", "80"],
+        ["Partition", "0_1_2", "worker-1", "120"],
+        ["Partition", "1_0_2", "worker-2", "1,000"]]
 
 
 def test_table_shows_processors_tasks_lag_and_throughput() -> None:

@@ -46,6 +46,24 @@ def test_demo_scales_while_running_and_stops_everything(tmp_path: object) -> Non
     assert _children_of_nobody() <= before
 
 
+def test_stateful_demo_splits_and_merges_running_totals_exactly() -> None:
+    """``demo --stateful``: a running total per customer through 1 -> 4 -> 2; the check
+    covers every output record's total and count."""
+    before = _children_of_nobody()
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "demo", "--stateful", "--stage-seconds", "12",
+         "--rate", "150", "--keys", "500"],
+        capture_output=True, text=True, timeout=600, check=False)
+    out = result.stdout
+    assert result.returncode == 0, out[-4000:] + result.stderr[-4000:]
+    assert "running totals not exactly their orders': 0" in out, out[-3000:]
+    assert "every running total exact" in out
+    sizes = re.findall(r"state: [\d.,]+ MB in (\d+) tasks", out)
+    assert "16" in sizes, sizes[-5:]  # factor 4 over 4 partitions
+    assert re.search(r"TASK\s+PROCESSOR\s+STATE KB\nPartition 0_0_4\s+worker-\d\s+\d", out)
+    assert _children_of_nobody() <= before
+
+
 def test_sigterm_mid_run_stops_everything_it_started() -> None:
     before = _children_of_nobody()
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "demo"],

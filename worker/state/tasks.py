@@ -175,6 +175,17 @@ class TaskStates:
         index_path(folder).write_bytes(index.to_bytes())
         return folder
 
+    def sizes(self, tasks: Sequence[str]) -> dict[str, int]:
+        """Bytes on disk of each task's live store (for the stats)."""
+        out: dict[str, int] = {}
+        for task in tasks:
+            live = task_dir(self.state_dir, task) / "live"
+            try:
+                out[task] = sum(f.stat().st_size for f in live.iterdir() if f.is_file())
+            except OSError:  # not there (yet), or replaced meanwhile
+                continue
+        return out
+
     def back_up(self, checkpoint_id: str, checkpoints: dict[str, Any]) -> dict[str, Any]:
         """``checkpoints`` (a commit body, task -> checkpoint) with, for each task that has
         a snapshot newer than its last commit and at most ``checkpoint_id``, that snapshot
