@@ -10,6 +10,9 @@ what standbys, event-driven probing and state backups cost or save.
   barrier done), with event-driven probing and with the probing timer alone (both with a
   ``--probing-interval-s`` timer, shortened from the default 10 minutes to keep the run
   short).
+* factor change: two workers under a steady load, factor 2 -> 4 -> 2, with and without
+  state (the state splits and merges): the steady latency (produce to processing) and the
+  worst latency of records produced within 30 s after each change.
 * throughput: one worker processes ``--records`` pre-produced records with per-key state
   (every record rewrites its key's 4 KB profile; backups to S3 after each batch) and the
   same app without state; records/s from the first record's processing to the last one's.
@@ -51,12 +54,13 @@ def profile_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
     record; outputs (key, seq, count, task, processor, t)."""
     out = []
     for k, v in zip(rows["key"], rows["value"], strict=True):
+        seq, sent = v.decode().split(":")
         count = ctx.state.get(k, "count", 0) + 1
         ctx.state.set(k, "count", count)
         ctx.state.set_bytes(k, "profile", os.urandom(PROFILE_BYTES))
-        out.append(json.dumps({"key": k.decode(), "seq": int(v), "count": count,
+        out.append(json.dumps({"key": k.decode(), "seq": int(seq), "count": count,
                                "task": ctx.task_name, "processor": ctx.processor_id,
-                               "t": time.time()}))
+                               "sent": float(sent), "t": time.time()}))
     return pd.DataFrame({"key": list(rows["key"]), "value": out})
 
 
@@ -64,10 +68,11 @@ def stateless_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
     """The same output and per-record work, without state."""
     out = []
     for k, v in zip(rows["key"], rows["value"], strict=True):
+        seq, sent = v.decode().split(":")
         os.urandom(PROFILE_BYTES)
-        out.append(json.dumps({"key": k.decode(), "seq": int(v), "count": 0,
+        out.append(json.dumps({"key": k.decode(), "seq": int(seq), "count": 0,
                                "task": ctx.task_name, "processor": ctx.processor_id,
-                               "t": time.time()}))
+                               "sent": float(sent), "t": time.time()}))
     return pd.DataFrame({"key": list(rows["key"]), "value": out})
 
 
@@ -85,7 +90,7 @@ class Keyed:
         for _ in range(n):
             key = self.total * 7919 % self._keys
             self._p.produce(self._topic, key=f"key-{key}".encode(),
-                            value=str(self._seq[key]).encode())
+                            value=f"{self._seq[key]}:{time.time():.3f}".encode())
             self._seq[key] += 1
             self.total += 1
             if self.total % 10_000 == 0:
@@ -124,7 +129,7 @@ class Job:
     """A coordinator, its topics, a bucket, and workers started as processes."""
 
     def __init__(self, kafka: LocalKafka, s3: LocalS3, root: Path, keys: int,
-                 *server_args: str) -> None:
+                 *server_args: str, stateful: bool = True) -> None:
         self.kafka, self.s3, self.root = kafka, s3, root
         self.topic, self.output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
         create_topics(kafka.bootstrap, [(self.topic, 2), (self.output, 1)])
@@ -134,7 +139,8 @@ class Job:
         self.blobs = f"s3://{bucket}/job"
         self.server = Server(root / "coordinator", [
             "--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{self.topic}",
-            "--elasticity-factor", "2", "--debounce-ms", "300", "--stateful",
+            "--elasticity-factor", "2", "--debounce-ms", "300",
+            *(["--stateful"] if stateful else []),
             "--partition-poll-interval-ms", "1000", "--log-level", "WARNING",
             *server_args]).start()
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
@@ -257,7 +263,7 @@ def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: fl
 
 def throughput(kafka: LocalKafka, s3: LocalS3, root: Path, records: int, keys: int,
                stateful: bool) -> float:
-    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000")
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", stateful=stateful)
     try:
         job.producer.send(records)
         job.start_worker("w0", "bench.stateful:" + ("profile_task" if stateful
@@ -269,12 +275,55 @@ def throughput(kafka: LocalKafka, s3: LocalS3, root: Path, records: int, keys: i
         job.close()
 
 
+def factor_change(kafka: LocalKafka, s3: LocalS3, root: Path, keys: int, rate: int,
+                  stateful: bool) -> dict[str, float]:
+    """Two workers at factor 2 under a steady load; a split to 4, then a merge back to 2.
+    Latency (processing time minus produce time) at steady state, and the worst latency
+    of records produced within 30 s after each change: the dip a factor change costs."""
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", stateful=stateful)
+    app = "bench.stateful:" + ("profile_task" if stateful else "stateless_task")
+    try:
+        for pid in ("w0", "w1"):
+            job.start_worker(pid, app, stateful)
+        stop = threading.Event()
+
+        def produce() -> None:
+            while not stop.is_set():
+                job.producer.send(rate // 10)
+                time.sleep(0.1)
+
+        feeder = threading.Thread(target=produce, daemon=True)
+        feeder.start()
+        wait_output(kafka, job.output, 1)
+        time.sleep(30)  # steady state
+        changes = {}
+        for factor in (4, 2):
+            changes[factor] = time.time()
+            httpx.post(f"{job.server.url}/scale", json={"elasticityFactor": factor},
+                       timeout=30).raise_for_status()
+            time.sleep(40)
+        stop.set()
+        feeder.join(30)
+        out = wait_output(kafka, job.output, job.producer.total)
+        first_change = changes[4]
+        steady = sorted(r["t"] - r["sent"] for r in out
+                        if first_change - 20 < r["sent"] < first_change)
+        figures = {"steady p50 s": steady[len(steady) // 2]}
+        for factor, at in changes.items():
+            window = [r["t"] - r["sent"] for r in out if at <= r["sent"] < at + 30]
+            figures[f"worst after -> {factor}, s"] = max(window)
+        return figures
+    finally:
+        job.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=40, help="state of the job, MB")
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--probing-interval-s", type=float, default=60.0)
-    parser.add_argument("--only", choices=["failover", "scale-out", "throughput"])
+    parser.add_argument("--only", choices=["failover", "scale-out", "throughput",
+                                           "factor-change"])
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     os.environ.update(CREDENTIALS)
@@ -307,6 +356,17 @@ def main() -> None:
                 rate = throughput(kafka, s3, root / "state", args.records, keys, True)
                 print(f"| per-key state, backed up to S3 | {rate:,.0f} | {rate / base:.2f} |",
                       flush=True)
+            if args.only in (None, "factor-change"):
+                print("\n| factor 2 -> 4 -> 2, 2 workers, 400 records/s | steady p50 s | "
+                      "worst after the split, s | worst after the merge, s |\n"
+                      "|---|---|---|---|", flush=True)
+                keys = args.mb * 1024 * 1024 // PROFILE_BYTES
+                for stateful in (False, True):
+                    f = factor_change(kafka, s3, root / f"change-{stateful}", keys, 400,
+                                      stateful)
+                    print(f"| {'stateful' if stateful else 'stateless'} | "
+                          f"{f['steady p50 s']:.2f} | {f['worst after -> 4, s']:.2f} | "
+                          f"{f['worst after -> 2, s']:.2f} |", flush=True)
     finally:
         s3.stop()
         kafka.destroy()

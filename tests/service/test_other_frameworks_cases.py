@@ -26,6 +26,8 @@ def test_a_worker_that_rejoins_gets_its_tasks_back(start_server: StartServer,
             w1.register()
             w2.register()
             both = settle(c, [w1, w2])
+            while set(both["containers"]) != {"w1", "w2"}:  # w2 after the first version
+                both = settle(c, [w1, w2], both["version"])
             mine = sorted(w2.tasks(both))
             assert len(mine) == 2, both["containers"]
             if stateful:
