@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 
 from service.local.kafka import LocalKafka
-from service.local.orders import create_topics
+from service.local.orders import create_topics, read_json_records
 from service.local.ports import stop_process
 from service.local.zookeeper import ZooKeeperEnsemble
 from tests.infra.postgres import PostgresServer
@@ -350,23 +350,6 @@ class Chaos:
                 t.join(30)
 
 
-def read_output(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                  "enable.partition.eof": True, "log_level": 2})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out: list[dict[str, Any]] = []
-    try:
-        while True:
-            msg = c.poll(10)
-            if msg is None:
-                return out
-            if msg.error() is not None:
-                return out
-            out.append(json.loads(msg.value() or b"{}"))
-    finally:
-        c.close()
-
-
 def check(records: list[dict[str, Any]], produced: dict[str, int], killed: set[int],
           report: ChaosReport) -> None:
     """The independent reader's verdict (fills ``report``)."""
@@ -416,7 +399,7 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
         expected = {(k, s) for k, n in producer.seq.items() for s in range(n)}
         records: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            records = read_output(d.kafka.bootstrap, d.output)
+            records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10)
             if expected <= {(r["key"], r["seq"]) for r in records}:
                 break
             time.sleep(3)

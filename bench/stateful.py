@@ -38,10 +38,10 @@ from typing import Any
 
 import httpx
 import pandas as pd
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from service.local.kafka import LocalKafka
-from service.local.orders import create_topics
+from service.local.orders import create_topics, read_json_records
 from service.local.ports import stop_process
 from service.local.s3 import CREDENTIALS, LocalS3
 from tests.service.server import Server
@@ -99,18 +99,7 @@ class Keyed:
 
 
 def read_output(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
-                  "enable.partition.eof": True, "log_level": 2})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out: list[dict[str, Any]] = []
-    try:
-        while True:
-            msg = c.poll(5)
-            if msg is None or msg.error() is not None:
-                return out
-            out.append(json.loads(msg.value() or b"{}"))
-    finally:
-        c.close()
+    return read_json_records(kafka.bootstrap, topic)
 
 
 def wait_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 900

@@ -11,6 +11,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # what `coxswain dev up` creates: the examples' input and the enrich example's output
 EXAMPLE_TOPICS: tuple[tuple[str, int], ...] = (("orders", 8), ("orders-enriched", 8))
@@ -99,3 +100,24 @@ def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
         time.sleep(max(0.0, next_at - time.monotonic()))
     producer.flush(30)
     return sent
+
+
+def read_json_records(bootstrap: str, topic: str, partition: int = 0,
+                      idle_s: float = 5.0) -> list[dict[str, Any]]:
+    """Every record of ``topic``'s ``partition`` from the start, as JSON objects; stops at
+    the partition's end (or after ``idle_s`` without a record). How checkers read a job's
+    output."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.partition.eof": True, "log_level": 2})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    out: list[dict[str, Any]] = []
+    try:
+        while True:
+            msg = consumer.poll(idle_s)
+            if msg is None or msg.error() is not None:  # idle, or the partition's end
+                return out
+            out.append(json.loads(msg.value() or b"{}"))
+    finally:
+        consumer.close()

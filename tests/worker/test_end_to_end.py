@@ -4,7 +4,6 @@ scale changes. Slow: each worker is a Spark application."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from service.local.kafka import LocalKafka
-from service.local.orders import create_topics
+from service.local.orders import create_topics, read_json_records
 from service.local.ports import stop_process
 from tests.service.conftest import StartServer
 from tests.service.server import Server
@@ -52,18 +51,7 @@ class Producing:
 
 
 def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.partition.eof": True, "log_level": 2})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[dict[str, Any]] = []
-    try:
-        while True:
-            msg = consumer.poll(5)
-            if msg is None or msg.error() is not None:
-                return out
-            out.append(json.loads(msg.value() or b"{}"))
-    finally:
-        consumer.close()
+    return read_json_records(kafka.bootstrap, topic)
 
 
 def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,

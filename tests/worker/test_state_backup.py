@@ -5,31 +5,17 @@ here already (host affinity), only the missing files otherwise, and nothing half
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from service.local.s3 import LocalS3
 from worker.state.backup import Uploader, UploadResult, blob_key
-from worker.state.blobs import ObjectBlobStore, open_blob_store
+from worker.state.blobs import ObjectBlobStore
 from worker.state.restore import CorruptBlob, open_live, restore_snapshot
 from worker.state.snapshot import Digests, inventory, snapshot_dir
 from worker.state.store import TaskStore
 
 TASK = "Partition 0_1_2"
-
-
-@pytest.fixture(params=["file", "s3"])
-def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectBlobStore]:
-    if request.param == "file":
-        yield open_blob_store(f"file://{tmp_path / 'blobs'}")
-        return
-    server: LocalS3 = request.getfixturevalue("s3_server")
-    bucket = f"b-{uuid.uuid4().hex[:10]}"
-    server.create_bucket(bucket)
-    yield open_blob_store(f"s3://{bucket}/jobs/orders", endpoint=server.endpoint)
 
 
 def committed_state(blobs: ObjectBlobStore, state_dir: Path, customers: int,

@@ -6,32 +6,16 @@ are given as the data GET /checkpoints would return (``tests/service`` checks th
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from grouping.key_bucket import key_bucket
-from service.local.s3 import LocalS3
 from worker.state.keys import split
 from worker.state.snapshot import snapshot_dir, task_dir
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, TaskStates
 
 KEYS = [f"customer-{i}".encode() for i in range(300)]
-
-
-@pytest.fixture(params=["file", "s3"])
-def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str | None]]:
-    if request.param == "file":
-        yield f"file://{tmp_path / 'blobs'}", None
-        return
-    server: LocalS3 = request.getfixturevalue("s3_server")
-    bucket = f"compose-{uuid.uuid4().hex[:8]}"
-    server.create_bucket(bucket)
-    yield f"s3://{bucket}/job", server.endpoint
 
 
 def offsets(bucket: int, n: int) -> list[dict[str, Any]]:
@@ -64,9 +48,9 @@ def source(held: dict[str, Any], factor: int, buckets: list[int], nulls: bool
     return {**held, "elasticityFactor": factor, "keyBuckets": buckets, "nullKeys": nulls}
 
 
-def test_state_splits_and_merges_by_key_bucket(blobs: tuple[str, str | None],
+def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | None],
                                                 tmp_path: Path) -> None:
-    url, endpoint = blobs
+    url, endpoint = blob_store_url
     a = TaskStates(StateConfig(tmp_path / "a", url, endpoint))
     b = TaskStates(StateConfig(tmp_path / "b", url, endpoint))
     a.restore({"P": {"stateSources": []}})

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.local.s3 import LocalS3
 from worker.state.backup import Uploader, UploadResult, blob_key
-from worker.state.blobs import ObjectBlobStore, open_blob_store
+from worker.state.blobs import ObjectBlobStore
 from worker.state.gc import BlobCollector, plan_collection
 from worker.state.restore import open_live, restore_snapshot
 from worker.state.snapshot import Digests, inventory, snapshot_dir
@@ -45,17 +41,6 @@ def test_the_plan_keeps_everything_a_retained_checkpoint_needs(
     assert all(blobs[b] >= GRACE for b in plan.blobs)  # never a young blob
     assert set(plan.blobs) == {b for b, age in blobs.items()
                                if b not in needed and age >= GRACE}  # the rest go
-
-
-@pytest.fixture(params=["file", "s3"])
-def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectBlobStore]:
-    if request.param == "file":
-        yield open_blob_store(f"file://{tmp_path / 'blobs'}")
-        return
-    server: LocalS3 = request.getfixturevalue("s3_server")
-    bucket = f"gc-{uuid.uuid4().hex[:10]}"
-    server.create_bucket(bucket)
-    yield open_blob_store(f"s3://{bucket}/jobs/orders", endpoint=server.endpoint)
 
 
 def back_up(uploader: Uploader, live: TaskStore, state_dir: Path, task: str,
