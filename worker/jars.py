@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyspark
 
-from service.local.ports import cache_dir
+from common.paths import cache_dir
 
 POM = Path(__file__).resolve().parents[1] / "deploy" / "local" / "spark" / "pom.xml"
 WANTED = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13",

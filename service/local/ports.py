@@ -3,14 +3,16 @@ process by its pid."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
+
+from common.paths import cache_dir
+
+__all__ = ["cache_dir", "free_port", "stop_process", "wait_until_answering"]
 
 
 def free_port() -> int:
@@ -18,15 +20,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def cache_dir() -> Path:
-    """Where downloads and service data go: ``$COXSWAIN_CACHE_DIR`` or the checkout's
-    git-ignored ``.cache/``."""
-    configured = os.environ.get("COXSWAIN_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[2] / ".cache"
 
 
 def wait_until_answering(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
