@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from checkpoint.store.sql import SqlCheckpointStore
+from coordinator.autosize import Policy
 from coordinator.clock import Clock, SystemClock
 from coordinator.leader import EmbeddedLeader, LeaderRole
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
@@ -28,12 +29,21 @@ from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
 from coordinator.store_lock import StoreLock, sqlite_database
 from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
+from service.autosizer import Autosizer, monotonic_now, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
 from service.metrics import Metrics
 from service.poll_shortcut import PollShortcut
-from service.routes import checkpoints, health, jobmodel, processors, scale, status
+from service.routes import (
+    autosize,
+    checkpoints,
+    health,
+    jobmodel,
+    processors,
+    scale,
+    status,
+)
 from service.settings import Settings
 
 log = logging.getLogger("coxswain.service")
@@ -186,8 +196,19 @@ def create_app(settings: Settings, clock: Clock | None = None,
             metrics.export_state_restores(coordinator.membership.stats,
                                           coordinator.latest_task_names)
             app.state.clock = clock
+            sizer = Autosizer(
+                lambda: sample_of(coordinator.membership.stats(),
+                                  len(coordinator.membership.live()),
+                                  coordinator.elasticity_factor(), monotonic_now()),
+                Policy(max_factor=settings.max_elasticity_factor,
+                       window_s=settings.autosize_window_ms / 1000,
+                       min_span_s=settings.autosize_window_ms / 3000),
+                lambda r: metrics.recommended(r.elasticity_factor, r.processors),
+                settings.autosize_sample_interval_ms / 1000)
+            app.state.autosizer = sizer
             await coordinator.start()
             bind(coordinator)
+            sizer.start()
             monitor = partition_monitor(settings, coordinator)
             app.state.partition_monitor = monitor
             if monitor is not None:
@@ -201,6 +222,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
             finally:
                 if monitor is not None:
                     await monitor.stop()
+                await sizer.stop()
                 await coordinator.stop()
                 engine.dispose()
 
@@ -215,7 +237,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
     app.state.settings = settings
     install_error_handlers(app)
     install_docs(app)
-    for module in (health, processors, jobmodel, checkpoints, scale, status):
+    for module in (health, processors, jobmodel, checkpoints, scale, status, autosize):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
                        read_timeout_s=settings.body_timeout_ms / 1000)

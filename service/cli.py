@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -49,6 +50,10 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                                                         "per this (5000); at or above "
                                                         "--probing-interval-ms: timer only"}),
     ("--acceptable-recovery-lag", {"type": int, "help": "KIP-441 caught-up lag (10000)"}),
+    ("--autosize-sample-interval-ms", {"type": int, "help": "how often the autosizer "
+                                                            "samples the workers' stats "
+                                                            "(5000)"}),
+    ("--autosize-window-ms", {"type": int, "help": "the autosizer's window (60000)"}),
     ("--num-standbys", {"type": int, "help": "standby replicas per stateful task (0)"}),
     ("--max-warmup-replicas", {"type": int, "help": "warm-ups at once (2)"}),
     ("--balance-factor", {"type": int, "help": "allowed max-min task difference (1)"}),
@@ -277,6 +282,21 @@ def _demo(args: argparse.Namespace) -> None:
     raise SystemExit(Demo(plan).run())
 
 
+def _autosize(args: argparse.Namespace) -> None:
+    from service.autosize_loop import Applier, run
+    from service.logs import configure
+
+    configure(json_lines=False, level="INFO")
+    if args.interval_s <= 0 or args.cooldown_s < 0:
+        raise SystemExit("coxswain: --interval-s must be positive and --cooldown-s >= 0")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it quietly
+        run(args.url, args.token, args.apply, args.interval_s, args.min_factor,
+            args.max_factor, Applier(args.cooldown_s, args.confirmations),
+            keep_going=lambda: not stop.is_set(), sleep=stop.wait)
+
+
 def _worker(args: argparse.Namespace) -> None:
     import importlib
 
@@ -451,6 +471,29 @@ def parser() -> argparse.ArgumentParser:
     produce.add_argument("--keys", type=int, default=100, help="distinct customers")
     produce.add_argument("--count", type=int, help="stop after this many (default: never)")
     produce.set_defaults(func=_dev_produce)
+
+    auto = sub.add_parser(
+        "autosize", formatter_class=defaults,
+        help="follow GET /autosize and (with --apply) change the elasticity factor",
+        description="Read the coordinator's autosize recommendation every --interval-s and "
+                    "log each decision with its figures; with --apply, POST /scale when "
+                    "the same direction is recommended --confirmations times in a row, at "
+                    "most once per --cooldown-s, never down while the backlog grows. "
+                    "Processor counts are reported, not applied.")
+    auto.add_argument("--url", default=os.environ.get("COXSWAIN_URL", "http://127.0.0.1:8080"),
+                      help="the coordinator ($COXSWAIN_URL)")
+    auto.add_argument("--token", default=os.environ.get("COXSWAIN_TOKEN"),
+                      help="admin token for POST /scale ($COXSWAIN_TOKEN)")
+    auto.add_argument("--apply", action="store_true", help="change the factor (default: "
+                                                           "only log what it would do)")
+    auto.add_argument("--interval-s", type=float, default=15.0, help="seconds between reads")
+    auto.add_argument("--min-factor", type=int, help="lowest factor to recommend")
+    auto.add_argument("--max-factor", type=int, help="highest factor to recommend")
+    auto.add_argument("--cooldown-s", type=float, default=300.0,
+                      help="at most one change per this many seconds")
+    auto.add_argument("--confirmations", type=int, default=2,
+                      help="the same direction recommended this many times in a row first")
+    auto.set_defaults(func=_autosize)
 
     demo = sub.add_parser(
         "demo", formatter_class=defaults,

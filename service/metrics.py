@@ -43,6 +43,17 @@ class Metrics:
             "coxswain_checkpoint_compute_seconds",
             "Time to resolve checkpoints across elasticity changes (SEP-32 checkpoint-compute)",
             registry=r, buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1))
+        self.recommended_factor = Gauge(
+            "coxswain_recommended_elasticity_factor",
+            "The autosizer's recommended elasticity factor (GET /autosize)", registry=r)
+        self.recommended_processors = Gauge(
+            "coxswain_recommended_processors",
+            "The autosizer's recommended processor count (GET /autosize)", registry=r)
+
+    def recommended(self, factor: int, processors: int) -> None:
+        """The autosizer's latest decided recommendation."""
+        self.recommended_factor.set(factor)
+        self.recommended_processors.set(processors)
 
     def export_task_lags(self, lags: TaskLags) -> None:
         """``coxswain_task_lag{processor, task}`` read from ``lags`` (processor -> task ->

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
         5_000, ge=0, description="a probing rebalance as soon as a warm-up caught up, at most "
                                  "once per this interval; at or above probing_interval_ms "
                                  "the timer alone probes")
+    autosize_sample_interval_ms: int = Field(
+        5_000, ge=100, description="how often the autosizer samples the workers' stats")
+    autosize_window_ms: int = Field(
+        60_000, ge=500, description="the autosizer decides on the samples of this window "
+                                    "(and only once they span a third of it)")
     acceptable_recovery_lag: int = Field(10_000, ge=0)
     num_standbys: int = Field(0, ge=0)
     max_warmup_replicas: int = Field(2, ge=1)

@@ -452,6 +452,7 @@ class Worker:
                     "batchSeconds": round(took, 3), "version": plan.version,
                     "recordsPerSecond": round(read / took, 1) if took > 0 else 0.0,
                     "commitsSkipped": committer.skipped,
+                    "triggerSeconds": self.config.trigger_interval_s,
                     "consumerLag": _consumer_lag(plan, self._committed, holder)}
                 if states is not None:
                     self._stats["stateRestores"] = {
