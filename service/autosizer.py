@@ -31,9 +31,13 @@ def sample_of(stats: Mapping[str, Mapping[str, Any]], processors: int, factor: i
         lags = s.get("consumerLag")
         if isinstance(lags, Mapping):
             backlog += sum(max(0.0, _number(v)) for v in lags.values())
-        if batch <= 0:
+        reported = s.get("busy")
+        if isinstance(reported, int | float) and not isinstance(reported, bool):
+            busy = min(1.0, max(0.0, float(reported)))  # measured over recent time
+        elif batch > 0:
+            busy = min(1.0, batch / trigger)  # the last batch's only
+        else:
             continue
-        busy = min(1.0, batch / trigger)
         reporting += 1
         capacity += rate
         consumed += rate * busy

@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
 from grouping.task_names import parse_standby_task_name
+from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
 from worker.jars import connector_jars
@@ -212,6 +213,7 @@ class Worker:
         self._active: list[str] = []  # this processor's active tasks, for state lags
         self._model: dict[str, Any] | None = None  # the latest job model seen
         self._lags: dict[str, int] = {}  # state lag per task, for the heartbeats
+        self._busy = BusyMeter()  # share of recent time in batches, for the autosizer
 
     # -- lifecycle
 
@@ -251,8 +253,10 @@ class Worker:
         while not self._lease_lost.wait(interval_s):
             try:
                 lags = dict(self._lags) if self._states else None
-                self._client.heartbeat(self.processor_id, task_lags=lags,
-                                       stats=dict(self._stats))
+                stats = dict(self._stats)
+                if stats:  # after the first batch: how busy since (0 when idle)
+                    stats["busy"] = round(self._busy.share(time.monotonic()), 3)
+                self._client.heartbeat(self.processor_id, task_lags=lags, stats=stats)
             except LeaseLost:
                 log.error("lease lost: stopping processing and registering again")
                 self._lease_lost.set()
@@ -447,6 +451,7 @@ class Worker:
                 finally:
                     batch.unpersist()
                 took = time.monotonic() - started
+                self._busy.record(started, started + took)
                 self._committed.update(ends)
                 self._stats = {
                     "batchSeconds": round(took, 3), "version": plan.version,

@@ -50,3 +50,12 @@ def count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
                                   "version": ctx.version, "offset": int(o),
                                   "partition": int(p)}))
     return pd.DataFrame({"key": list(rows["key"]), "value": values})
+
+
+def slow_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``echo_task`` with 4 ms of waiting per record (an external call): one task does at
+    most 250 records/s, so throughput grows with the elasticity factor."""
+    import time
+
+    time.sleep(0.004 * len(rows))
+    return echo_task(ctx, rows)
