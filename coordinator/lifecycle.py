@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -162,6 +163,7 @@ class Coordinator:
         self._members_seen: frozenset[str] = frozenset()
         self._probing_wanted = False
         self.last_rebalance: RebalanceRecord | None = None
+        self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)  # newest last
         self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -373,6 +375,11 @@ class Coordinator:
     def leader(self) -> LeaderRole:
         """This replica's leader role."""
         return self._leader
+
+    @property
+    def warmups(self) -> frozenset[tuple[str, str]]:
+        """(task, processor) pairs holding a warm-up copy in the latest job model."""
+        return frozenset(self._warmups)
 
     @property
     def inputs(self) -> tuple[SystemStreamPartition, ...]:
@@ -672,6 +679,7 @@ class Coordinator:
         await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
                                                  self._barrier_watch(version)))
         self.last_rebalance = RebalanceRecord(version, reason, now, seconds)
+        self.rebalances.append(self.last_rebalance)
         tasks = sum(len(c.active_tasks) for c in model.containers.values())
         self._observer.job_model_generated(reason, seconds, tasks)
         log.info("published job model version %d (%s): %d tasks on %d processors in %.3fs",

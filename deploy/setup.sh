@@ -49,12 +49,14 @@ install() {  # $1: runtime | dev
 
 if [ "${1:-}" = "--dev" ]; then
     install dev
-    # Debian packages of the services the tests start themselves (and wrk for bench/api.py)
+    # Debian packages of the services the tests start themselves (wrk for bench/api.py,
+    # chromium for the status page test)
     missing=()
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
     [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
     command -v wrk >/dev/null || missing+=(wrk)
     command -v mvn >/dev/null || missing+=(maven)
+    command -v chromium >/dev/null || missing+=(chromium)  # the status page test
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "==> installing Debian packages: ${missing[*]}" >&2
         if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -40,11 +40,13 @@ from service.routes import (
     checkpoints,
     health,
     jobmodel,
+    page,
     processors,
     scale,
     status,
 )
 from service.settings import Settings
+from service.status_page import templates
 
 log = logging.getLogger("coxswain.service")
 
@@ -235,9 +237,10 @@ def create_app(settings: Settings, clock: Clock | None = None,
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.templates = templates()
     install_error_handlers(app)
     install_docs(app)
-    for module in (health, processors, jobmodel, checkpoints, scale, status, autosize):
+    for module in (health, processors, jobmodel, checkpoints, scale, status, autosize, page):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
                        read_timeout_s=settings.body_timeout_ms / 1000)
