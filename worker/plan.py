@@ -7,7 +7,8 @@ model version: pure functions from the API's JSON to Spark options and SQL.
 * the key-bucket column, computed in Spark SQL exactly like ``grouping.key_bucket``:
   ``crc32(key) mod F``, a null key by ``offset mod F`` (F a power of two, so ``pmod``).
 * a filter, evaluated in the JVM before any Python sees a row: records of buckets this
-  worker does not own, and records below a sub-bucket's skip watermark, are dropped.
+  worker does not own, records of a bucket below that bucket's own start, and records
+  below a sub-bucket's skip watermark, are dropped.
 * after a batch, the commit: every bucket of a partition advances to the batch's end
   offset of that partition, whether or not it had records.
 """
@@ -77,20 +78,29 @@ class QueryPlan:
                 f"ELSE pmod(crc32(key), {f}) END")
 
     def filter_sql(self) -> str:
-        """Spark SQL keeping only owned buckets not below a skip watermark."""
+        """Spark SQL keeping only owned buckets, each from its own start (the partition is
+        read from the earliest of them), and nothing below a skip watermark."""
         whole: set[tuple[str, int]] = set()
-        buckets: dict[tuple[str, int], set[int]] = {}
+        buckets: dict[tuple[str, int], dict[int, int]] = {}
         for s in self.starts:
             if s.key_bucket < 0:
                 whole.add((s.topic, s.partition))
             else:
-                buckets.setdefault((s.topic, s.partition), set()).add(s.key_bucket)
+                buckets.setdefault((s.topic, s.partition), {})[s.key_bucket] = s.start
         keep = []
         for topic, p in sorted(whole | set(buckets)):
             where = f"(topic = {sql_string(topic)} AND partition = {p}"
             if (topic, p) not in whole:
-                mine = sorted(buckets[(topic, p)])
-                where += f" AND keyBucket IN ({', '.join(map(str, mine))})"
+                # A bucket that got further than another of the same partition must not
+                # read again from the other's start: its records below its own start were
+                # processed and committed (e.g. by this worker, before it also took over a
+                # slower bucket of the partition).
+                mine = buckets[(topic, p)]
+                anywhere = sorted(b for b, start in mine.items() if start < 0)
+                parts = [f"keyBucket IN ({', '.join(map(str, anywhere))})"] if anywhere else []
+                parts += [f"(keyBucket = {b} AND offset >= {start})"
+                          for b, start in sorted(mine.items()) if start >= 0]
+                where += " AND (" + " OR ".join(parts) + ")"
             keep.append(where + ")")
         sql = "(" + (" OR ".join(keep) or "false") + ")"
         for w in self.skips:

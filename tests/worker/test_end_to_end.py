@@ -182,7 +182,7 @@ def test_join_graceful_leave_and_kill_9(
     for i, r in enumerate(records):
         k = (r["key"], r["seq"])
         if k in first:
-            duplicated.append(first[k])
+            duplicated.append(first[k] | {"again": r})
             continue
         first[k] = r | {"at": i}
         per_key[r["key"]].append(r["seq"])

@@ -51,8 +51,10 @@ def test_assign_and_starting_offsets_take_the_slowest_bucket() -> None:
 
 def test_filter_keeps_owned_buckets_and_honours_skip_watermarks() -> None:
     sql = plan_query(MODEL, "w1", CHECKPOINTS).filter_sql()
-    assert "(topic = 'orders' AND partition = 0 AND keyBucket IN (0, 1))" in sql
-    assert "(topic = 'orders' AND partition = 3 AND keyBucket IN (1))" in sql
+    # partition 0 is read from 100 (bucket 0's start); bucket 1 only from its own 120
+    assert ("(topic = 'orders' AND partition = 0 AND ((keyBucket = 0 AND offset >= 100) OR "
+            "(keyBucket = 1 AND offset >= 120)))") in sql
+    assert "(topic = 'orders' AND partition = 3 AND (keyBucket IN (1)))" in sql
     assert ("NOT (topic = 'orders' AND partition = 0 AND CASE WHEN key IS NULL THEN "
             "pmod(offset, 4) ELSE pmod(crc32(key), 4) END = 2 AND offset < 130)") in sql
 
