@@ -3,8 +3,9 @@
 # (.venv, or $COXSWAIN_VENV) and, for the tests, the Debian packages of the services they
 # start themselves.
 #
-#   ./deploy/setup.sh          # runtime only (the embedded default needs nothing else)
-#   ./deploy/setup.sh --dev    # + dev tools and the services the tests start
+#   ./deploy/setup.sh           # the coordinator only (the embedded default needs no more)
+#   ./deploy/setup.sh --worker  # + the PySpark worker (coxswain worker, coxswain demo)
+#   ./deploy/setup.sh --dev     # + the worker, dev tools and the services the tests start
 #
 # pip runs only when pyproject.toml, the Python or the install kind changed since the last
 # install into that environment (a stamp file in it records them, as a build tool would):
@@ -30,9 +31,10 @@ fi
 fingerprint() {
     { cat pyproject.toml; "$VENV/bin/python" -VV; echo "$1"; } | sha256sum | cut -d' ' -f1
 }
-install() {  # $1: runtime | dev
+install() {  # $1: runtime | worker | dev
     local spec=. stamp="$VENV/.coxswain-install-$1"
-    [ "$1" = dev ] && spec='.[dev]'
+    [ "$1" = worker ] && spec='.[worker]'
+    [ "$1" = dev ] && spec='.[worker,dev]'
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(fingerprint "$1")" ]; then
         echo "==> coxswain ($1) in $VENV is up to date with pyproject.toml" >&2
         return
@@ -72,7 +74,13 @@ if [ "${1:-}" = "--dev" ]; then
         "from worker.jars import connector_jars; print(connector_jars()[0].parent)" >&2
 elif [ -f "$VENV/.coxswain-install-dev" ] \
         && [ "$(cat "$VENV/.coxswain-install-dev")" = "$(fingerprint dev)" ]; then
+    # a dev install has everything
     echo "==> coxswain (dev) in $VENV is up to date with pyproject.toml" >&2
+elif [ "${1:-}" = "--worker" ]; then
+    install worker
+elif [ -f "$VENV/.coxswain-install-worker" ] \
+        && [ "$(cat "$VENV/.coxswain-install-worker")" = "$(fingerprint worker)" ]; then
+    echo "==> coxswain (worker) in $VENV is up to date with pyproject.toml" >&2
 else
     install runtime
 fi

@@ -126,6 +126,22 @@ def first_run(server: Server) -> None:
           f"{tasks} tasks for smoke-1", flush=True)
 
 
+def slim_install_says_what_the_worker_needs() -> None:
+    """The coordinator's install has no PySpark: ``coxswain worker`` must say how to get
+    it, not fail on an import."""
+    for heavy in ("pyspark", "pandas", "rocksdict"):
+        found = subprocess.run([str(VENV / "bin" / "python"), "-c", f"import {heavy}"],
+                               capture_output=True, check=False)
+        if found.returncode == 0:
+            raise SmokeFailed(f"the coordinator's install pulled in {heavy}")
+    worker = subprocess.run([str(VENV / "bin" / "coxswain"), "worker", "--app", "m:f"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    if worker.returncode == 0 or "coxswain[worker]" not in worker.stderr:
+        raise SmokeFailed(f"coxswain worker without the worker extra: {worker.stderr[-2000:]}")
+    print("smoke: the coordinator install has no PySpark, pandas or RocksDB, and "
+          "`coxswain worker` says to install coxswain[worker]", flush=True)
+
+
 def main() -> int:
     shutil.rmtree(VENV, ignore_errors=True)  # clean: only what run.sh installs
     work = Path(tempfile.mkdtemp(prefix="coxswain-smoke-"))
@@ -143,6 +159,7 @@ def main() -> int:
             raise SmokeFailed("the second start ran pip again although nothing changed")
         again.stop()
         print(f"smoke: restart skipped the install and served after {took:.1f}s", flush=True)
+        slim_install_says_what_the_worker_needs()
         return 0
     except SmokeFailed as e:
         for s in servers:

@@ -267,6 +267,7 @@ def _dev_produce(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
+    _require_worker_extra("demo")
     from service.demo import Demo, DemoPlan
 
     bad = [f for f in args.factors if f < 1 or f > 64 or f & (f - 1)]
@@ -297,8 +298,22 @@ def _autosize(args: argparse.Namespace) -> None:
             keep_going=lambda: not stop.is_set(), sleep=stop.wait)
 
 
+def _require_worker_extra(command: str) -> None:
+    """A clear error when the PySpark worker's packages are not installed."""
+    import importlib.util
+
+    missing = [m for m in ("pyspark", "pandas", "pyarrow", "rocksdict", "obstore")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"coxswain {command} needs the worker's packages ({', '.join(missing)} "
+                         "missing): pip install 'coxswain[worker]', or ./deploy/setup.sh "
+                         "--worker in a checkout")
+
+
 def _worker(args: argparse.Namespace) -> None:
     import importlib
+
+    _require_worker_extra("worker")
 
     from service.logs import configure
     from worker.runtime import (
