@@ -102,20 +102,3 @@ def state_sources(task_spaces: Sequence[EntryKey], held: Iterable[HeldState]
         StateSource(name, by_name[name].checkpoint_id, by_name[name].markers, finest,
                     tuple(cells), cells[0] == null_cell)
         for name, cells in sorted(by_task.items(), key=lambda kv: kv[1][0]))
-
-
-def is_own_whole_state(task_name: str, task_spaces: Sequence[EntryKey],
-                       sources: Sequence[StateSource]) -> bool:
-    """True when the task's own last snapshot holds all its state (no filtering)."""
-    if len(sources) != 1 or sources[0].task_name != task_name:
-        return False
-    factor, _ = _factor_and_bucket(task_spaces)
-    return len(sources[0].buckets) == sources[0].factor // factor
-
-
-def held_from_rows(rows: Mapping[str, tuple[str | None, Mapping[str, Mapping[str, str]],
-                                            int, Sequence[EntryKey]]]
-                   ) -> list[HeldState]:
-    """``HeldState`` of store rows (task -> id, markers, version, key spaces)."""
-    return [HeldState(name, cid, markers, version, tuple(tuple(s) for s in spaces))  # type: ignore[misc]
-            for name, (cid, markers, version, spaces) in rows.items()]

@@ -162,7 +162,6 @@ class Coordinator:
         # sweep) is what still turns that processor into a join.
         self._members_seen: frozenset[str] = frozenset()
         self._probing_wanted = False
-        self.last_rebalance: RebalanceRecord | None = None
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)  # newest last
         self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -375,6 +374,11 @@ class Coordinator:
     def leader(self) -> LeaderRole:
         """This replica's leader role."""
         return self._leader
+
+    @property
+    def last_rebalance(self) -> RebalanceRecord | None:
+        """The newest job model's generation: why and when."""
+        return self.rebalances[-1] if self.rebalances else None
 
     @property
     def warmups(self) -> frozenset[tuple[str, str]]:
@@ -678,8 +682,7 @@ class Coordinator:
         self._model_cache[version] = model
         await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
                                                  self._barrier_watch(version)))
-        self.last_rebalance = RebalanceRecord(version, reason, now, seconds)
-        self.rebalances.append(self.last_rebalance)
+        self.rebalances.append(RebalanceRecord(version, reason, now, seconds))
         tasks = sum(len(c.active_tasks) for c in model.containers.values())
         self._observer.job_model_generated(reason, seconds, tasks)
         log.info("published job model version %d (%s): %d tasks on %d processors in %.3fs",

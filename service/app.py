@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,7 +30,7 @@ from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
 from coordinator.store_lock import StoreLock, sqlite_database
 from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
-from service.autosizer import Autosizer, monotonic_now, sample_of
+from service.autosizer import Autosizer, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
@@ -201,7 +202,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
             sizer = Autosizer(
                 lambda: sample_of(coordinator.membership.stats(),
                                   len(coordinator.membership.live()),
-                                  coordinator.elasticity_factor(), monotonic_now()),
+                                  coordinator.elasticity_factor(), time.monotonic()),
                 Policy(max_factor=settings.max_elasticity_factor,
                        window_s=settings.autosize_window_ms / 1000,
                        min_span_s=settings.autosize_window_ms / 3000),

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -103,7 +102,3 @@ class Autosizer:
                 log.exception("autosize sample failed")
             await asyncio.sleep(self.interval_s)
 
-
-def monotonic_now() -> float:
-    """Sample times (seconds, monotonic)."""
-    return time.monotonic()

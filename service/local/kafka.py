@@ -24,7 +24,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from service.local.ports import cache_dir, free_port, stop_process
+from common.paths import cache_dir
+from service.local.ports import free_port, stop_process
 
 KAFKA_VERSION = "3.9.1"
 POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "kafka" / "pom.xml"

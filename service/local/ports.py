@@ -1,5 +1,5 @@
-"""Free loopback ports, the cache folder, waiting for a local HTTP service, and stopping a
-process by its pid."""
+"""Free loopback ports, waiting for a local HTTP service, and stopping a process by its
+pid."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ import subprocess
 import time
 
 import httpx
-
-from common.paths import cache_dir
-
-__all__ = ["cache_dir", "free_port", "stop_process", "wait_until_answering"]
 
 
 def free_port() -> int:

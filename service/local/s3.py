@@ -12,7 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from service.local.ports import cache_dir, free_port, stop_process
+from common.paths import cache_dir
+from service.local.ports import free_port, stop_process
 
 # moto accepts any credentials; clients still need some to sign requests
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "coxswain-test", "AWS_SECRET_ACCESS_KEY": "coxswain-test",

@@ -20,7 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.local.ports import cache_dir, free_port, stop_process
+from common.paths import cache_dir
+from service.local.ports import free_port, stop_process
 
 JARS = Path("/usr/share/java")
 HOW_TO_INSTALL = ("ZooKeeper not found at /usr/share/java/zookeeper.jar: run ./deploy/test.sh "

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from checkpoint.commit import EntryKey
 from checkpoint.model import BucketKey, ResetPolicy
 from checkpoint.resolution import resolve_ssp_start
-from checkpoint.state_sources import HeldState, StateSource, is_own_whole_state, state_sources
+from checkpoint.state_sources import HeldState, StateSource, state_sources
 from grouping.key_bucket import key_bucket
 from grouping.model import SystemStreamPartition
 
@@ -70,9 +70,9 @@ class Job:
                 if key_bucket(key, 0, source.factor) in source.buckets:
                     assert key not in live  # the sources are disjoint
                     live[key] = count
-        task = Task(bucket, first, skip, live,
-                    touched=bool(sources) and not is_own_whole_state(
-                        self.name(bucket), spaces(self.factor, bucket), sources))
+        # as the worker does: state composed from other snapshots is snapshotted at once
+        own = len(sources) == 1 and sources[0].task_name == self.name(bucket)
+        task = Task(bucket, first, skip, live, touched=bool(sources) and not own)
         self.check(task)
         return task
 
@@ -180,8 +180,8 @@ def test_a_merge_unions_the_children_and_the_newest_holder_of_each_cell_wins() -
     assert [(s.task_name, s.buckets) for s in partly] == [("C1", (1,)), ("P1", (3,))]
     # the merged task committed since: its own snapshot holds everything
     own = held("P1", 2, 1, version=7)
-    assert is_own_whole_state("P1", spaces(2, 1), state_sources(spaces(2, 1),
-                                                                 [own, *children]))
+    assert state_sources(spaces(2, 1), [own, *children]) == (
+        StateSource("P1", "7-0", own.markers, 4, (1, 3), True),)
 
 
 def test_unrelated_partitions_and_buckets_are_ignored() -> None:

@@ -27,6 +27,13 @@ MARKER_BACKEND = "blob"  # the stateCheckpointMarkers key of this backend
 STORE_NAME = "state"  # one store per task
 
 
+def state_marker(checkpoint: Mapping[str, Any]) -> str | None:
+    """The snapshot index a checkpoint (or a ``stateSources`` entry) names, if any."""
+    markers = checkpoint.get("stateCheckpointMarkers") or {}
+    value = (markers.get(MARKER_BACKEND) or {}).get(STORE_NAME)
+    return str(value) if value else None
+
+
 def blob_key(info: FileInfo) -> str:
     """Where a file's content lives in the blob store."""
     return f"files/{info.sha256}"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grouping.key_bucket import key_bucket
-from worker.state.backup import MARKER_BACKEND, STORE_NAME
+from worker.state.backup import state_marker
 from worker.state.blobs import BlobStore
 from worker.state.keys import split
 from worker.state.restore import restore_snapshot
@@ -41,13 +41,6 @@ class Composed:
     seconds: float
 
 
-def source_marker(source: Mapping[str, Any]) -> str | None:
-    """The snapshot index a ``stateSources`` entry names."""
-    markers = source.get("stateCheckpointMarkers") or {}
-    value = (markers.get(MARKER_BACKEND) or {}).get(STORE_NAME)
-    return str(value) if value else None
-
-
 def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
     """One source, the task itself: its own snapshot holds all of its state."""
     return len(sources) == 1 and sources[0].get("taskName") == task
@@ -63,7 +56,7 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
     target = TaskStore(into)
     try:
         for i, source in enumerate(sources):
-            marker = source_marker(source)
+            marker = state_marker(source)
             if marker is None:
                 continue
             restored = restore_snapshot(state_dir, marker, blobs, digests)

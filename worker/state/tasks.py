@@ -26,9 +26,15 @@ from typing import Any
 
 from checkpoint.errors import CheckpointFormatError
 from checkpoint.model import CheckpointId
-from worker.state.backup import MARKER_BACKEND, STORE_NAME, SnapshotIndex, Uploader
+from worker.state.backup import (
+    MARKER_BACKEND,
+    STORE_NAME,
+    SnapshotIndex,
+    Uploader,
+    state_marker,
+)
 from worker.state.blobs import BlobStore, open_blob_store
-from worker.state.compose import compose, is_own_whole, source_marker
+from worker.state.compose import compose, is_own_whole
 from worker.state.gc import BlobCollector, GcPlan
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
 from worker.state.snapshot import (
@@ -65,19 +71,12 @@ def _plan(task: str, checkpoint: Mapping[str, Any]
     checkpoint: ``stateSources`` when the coordinator gives them (``--stateful``)."""
     sources = checkpoint.get("stateSources")
     if sources is None:
-        return marker_of(checkpoint), ()
+        return state_marker(checkpoint), ()
     if not sources:
         return None, ()
     if is_own_whole(task, sources):
-        return source_marker(sources[0]), ()
+        return state_marker(sources[0]), ()
     return None, sources
-
-
-def marker_of(checkpoint: Mapping[str, Any]) -> str | None:
-    """The snapshot index a task's committed checkpoint names, if any."""
-    markers = checkpoint.get("stateCheckpointMarkers") or {}
-    value = (markers.get(MARKER_BACKEND) or {}).get(STORE_NAME)
-    return str(value) if value else None
 
 
 def new_checkpoint_id() -> str:
@@ -278,7 +277,7 @@ class TaskStates:
         """Delete the blob store's indexes and blobs that neither the last checkpoint of
         any task in ``tasks`` (task -> checkpoint id and markers) nor the grace period
         keeps."""
-        markers = {m for checkpoint in tasks.values() if (m := marker_of(checkpoint))}
+        markers = {m for checkpoint in tasks.values() if (m := state_marker(checkpoint))}
         return BlobCollector(self._blobs, self.config.gc_grace_s).collect(markers)
 
     def _refresh_own(self, task: str, marker: str) -> None:
