@@ -47,7 +47,7 @@ from pyspark.sql import DataFrame
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics, read_json_records
-from service.local.ports import stop_process
+from service.local.ports import kill_process_group, stop_process_group
 from service.local.zookeeper import ZooKeeperEnsemble
 from tests.infra.postgres import PostgresServer
 from tests.service.server import Server
@@ -207,7 +207,8 @@ class Deployment:
              "--spark-master", "local[1]", "--max-offsets-per-trigger", "2000"],
             stdout=(self.root / f"{pid}.log").open("ab"), stderr=subprocess.STDOUT,
             env={**os.environ, "KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-                 "OUTPUT_TOPIC": self.output})
+                 "OUTPUT_TOPIC": self.output},
+            start_new_session=True)  # its JVM in its process group
 
     def live_replicas(self) -> list[int]:
         return [i for i, r in enumerate(self.replicas)
@@ -236,7 +237,7 @@ class Deployment:
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
         for w in self.workers.values():
-            stop_process(w, grace_s=60)
+            stop_process_group(w, grace_s=60)
         for r in self.replicas:
             r.stop()
         if self._own_kafka:
@@ -300,7 +301,7 @@ class Chaos:
             pid = self.rng.choice(sorted(d.workers))
             proc = d.workers[pid]
             d.killed_pids.add(proc.pid)
-            proc.kill()
+            kill_process_group(proc.pid)  # the worker and its JVM, as a host crash would
             proc.wait(30)
             d.start_worker(pid)
         elif kind in ("kill_leader", "stop_leader"):

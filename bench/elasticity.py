@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.local.kafka import LocalKafka
+from service.local.ports import stop_process_group
 from tests.service.server import Server
 
 WORK_S = 0.002
@@ -130,12 +131,12 @@ def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path) -> 
          "--api", "task", "--app", "bench.elasticity:slow_task", "--output-topic", out_topic,
          "--kafka-bootstrap", kafka.bootstrap, "--spark-master", "local[8]",
          "--processor-id", "w0", "--log-level", "WARNING"],
-        stdout=(data / "worker.log").open("wb"), stderr=subprocess.STDOUT)
+        stdout=(data / "worker.log").open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True)
     try:
         return rate_and_violations(read_output(kafka, out_topic, n))
     finally:
-        worker.terminate()
-        worker.wait(60)
+        stop_process_group(worker, grace_s=60)
         server.stop()
 
 

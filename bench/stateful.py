@@ -42,7 +42,7 @@ from confluent_kafka import Producer
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics, read_json_records
-from service.local.ports import stop_process
+from service.local.ports import kill_process_group, stop_process_group
 from service.local.s3 import CREDENTIALS, LocalS3
 from tests.service.server import Server
 
@@ -146,7 +146,7 @@ class Job:
              "--location", f"host-{pid}", "--spark-master", "local[2]",
              "--max-offsets-per-trigger", "4000", *state],
             stdout=(self.root / f"{pid}.log").open("ab"), stderr=subprocess.STDOUT,
-            env={**os.environ, **CREDENTIALS})
+            start_new_session=True, env={**os.environ, **CREDENTIALS})
 
     def model(self) -> dict[str, Any]:
         return dict(httpx.get(f"{self.server.url}/jobmodel", timeout=30).json())
@@ -162,7 +162,7 @@ class Job:
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
         for w in self.workers.values():
-            stop_process(w, grace_s=60)
+            stop_process_group(w, grace_s=60)
         self.server.stop()
 
 
@@ -196,7 +196,7 @@ def failover(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, standbys: int
         feeder.start()
         time.sleep(3)
         killed_at = time.time()
-        job.workers["w1"].kill()
+        kill_process_group(job.workers["w1"].pid)  # kill -9, its JVM too
         job.workers["w1"].wait(30)
         deadline = time.monotonic() + 300
         resumed = None

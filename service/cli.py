@@ -357,9 +357,21 @@ def _worker(args: argparse.Namespace) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     spark = spark_session(args.spark_master)
+
+    def stop_starting(*_: object) -> None:
+        # cancels the warm-up job, so a worker stopped while it starts exits in seconds,
+        # well within a supervisor's grace period (py4j off the signal handler's frame)
+        stop.set()
+        threading.Thread(target=spark.sparkContext.cancelAllJobs, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop_starting)
     try:
         if args.api == "task" and not stop.is_set():
-            warm_python_workers(spark)
+            try:
+                warm_python_workers(spark)
+            except Exception:
+                if not stop.is_set():
+                    raise
         worker = Worker(config, process_batch, spark)
         signal.signal(signal.SIGTERM, lambda *_: worker.stop())
         if not stop.is_set():

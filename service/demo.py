@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from service.local.kafka import LocalKafka
 from service.local.orders import amount_cents, create_topics, produce_orders
-from service.local.ports import free_port, stop_process, wait_until_answering
+from service.local.ports import free_port, stop_process_group, wait_until_answering
 
 INPUT_TOPIC = "demo-orders"
 OUTPUT_TOPIC = "demo-orders-processed"
@@ -195,7 +195,7 @@ class Demo:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
             for proc in [*workers, *started[:1]]:
-                stop_process(proc, grace_s=30)
+                stop_process_group(proc, grace_s=30)  # a worker's Spark JVM too
             for t in threads:
                 t.join(15)
             if kafka is not None:
@@ -306,8 +306,10 @@ class Demo:
 
     def _spawn(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
         log = (self.work_dir / f"{name}.log").open("wb")
+        # its own process group: stopping it stops what it started (a worker's JVM), and
+        # Ctrl-C reaches only the demo, which stops everything in order
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", *args],
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._procs[name] = proc
         self._say(f"started pid {proc.pid}: {name}")
         return proc

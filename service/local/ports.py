@@ -1,8 +1,9 @@
 """Free loopback ports, waiting for a local HTTP service, and stopping a process by its
-pid."""
+pid (with everything it started, for a process that leads its own process group)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -43,3 +44,47 @@ def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(15)
+
+
+def stop_process_group(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM,
+                       grace_s: float = 15.0) -> None:
+    """Stop ``proc`` as :func:`stop_process` does, then kill whatever it started that is
+    left in its process group and wait until it is gone.
+
+    ``proc`` must have been started with ``start_new_session=True``. A worker started so
+    takes its Spark JVM along: PySpark's JVM exits by itself once its Python parent is
+    gone, but only later (it notices its closed stdin, then runs its shutdown hooks), so a
+    worker killed during its grace period would otherwise leave a JVM behind.
+    """
+    if proc is None:
+        return
+    stop_process(proc, sig, grace_s)
+    kill_process_group(proc.pid)
+
+
+def kill_process_group(pgid: int, timeout_s: float = 10.0) -> None:
+    """SIGKILL every process of group ``pgid`` (a crash of a whole worker, JVM included)
+    and wait until none is left."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return  # nobody left in the group
+    deadline = time.monotonic() + timeout_s
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of group ``pgid``, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            found.append(int(entry))
+    return found

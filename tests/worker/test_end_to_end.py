@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics, read_json_records
-from service.local.ports import stop_process
+from service.local.ports import kill_process_group, stop_process_group
 from tests.service.conftest import StartServer
 from tests.service.server import Server
 
@@ -64,7 +64,7 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
          "--app", app, "--kafka-bootstrap", kafka.bootstrap,
          "--processor-id", pid, "--location", f"host-{pid}", "--spark-master", "local[2]",
          "--max-offsets-per-trigger", "400", *extra],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its JVM in its group
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
 
 
@@ -89,7 +89,14 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
         if w.poll() is None:
             w.send_signal(signal.SIGTERM)
     for w in workers:
-        stop_process(w, grace_s=60)
+        stop_process_group(w, grace_s=60)
+
+
+def crash(worker: subprocess.Popen[bytes]) -> None:
+    """kill -9 of a worker and its Spark JVM (and Python workers), as a host crash would:
+    an orphaned JVM would otherwise run on for a while, holding its state stores."""
+    kill_process_group(worker.pid)
+    worker.wait(30)
 
 
 def wait_output(kafka: LocalKafka, output: str, expected: int, timeout_s: float = 240
@@ -169,8 +176,7 @@ def test_join_graceful_leave_and_kill_9(
         for _ in range(4):  # the victim is mid-run when it dies
             producing.send(100)
             time.sleep(0.3)
-        workers["w1"].kill()  # kill -9
-        workers["w1"].wait(30)
+        crash(workers["w1"])  # kill -9
         producing.send(300)
         wait_output(kafka, output, producing.total)
     finally:

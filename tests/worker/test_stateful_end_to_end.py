@@ -23,6 +23,7 @@ from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
     Producing,
     coordinator_for,
+    crash,
     new_topics,
     read_all,
     start_worker,
@@ -101,8 +102,7 @@ def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
             for _ in range(3):
                 producing.send(100)
                 time.sleep(0.3)
-            workers["w1"].kill()
-            workers["w1"].wait(30)
+            crash(workers["w1"])
             workers["w1"] = worker("w1")
             producing.send(300)
             wait_output(kafka, output, producing.total)
@@ -114,8 +114,7 @@ def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
             assert restored, back
             assert all(r["source"] == "local" and r["bytes"] == 0 for r in restored), back
             # w1 dies for good: after its lease, w0 restores its tasks from the blob store
-            workers["w1"].kill()
-            workers["w1"].wait(30)
+            crash(workers["w1"])
             for _ in range(4):
                 producing.send(100)
                 time.sleep(0.5)
@@ -159,8 +158,7 @@ def test_a_killed_workers_tasks_resume_on_its_standby_without_a_full_download(
                 time.sleep(1)
             wait_output(kafka, output, producing.total)
             time.sleep(5)  # a standby refresh or two after the last commit
-            workers["w1"].kill()
-            workers["w1"].wait(30)
+            crash(workers["w1"])
             producing.send(200)
             wait_output(kafka, output, producing.total)
             taken = restores_of(c, "w0", lambda r: set(w1_tasks) <= set(r))
@@ -235,8 +233,7 @@ def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
             for _ in range(4):  # the victim is mid-run when it dies
                 producing.send(100)
                 time.sleep(0.3)
-            workers["w1"].kill()
-            workers["w1"].wait(30)
+            crash(workers["w1"])
             producing.send(300)
             wait_output(kafka, output, producing.total)
             taken = restores_of(c, "w2", lambda r: set(w1_tasks) <= set(r))
@@ -288,8 +285,7 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
         wait_output(kafka, output, producing.total)
         with server.client() as c:
             def kill_w1() -> None:
-                workers["w1"].kill()
-                workers["w1"].wait(30)
+                crash(workers["w1"])
                 workers["w1"] = worker("w1")  # back a moment later
 
             def w0_leaves() -> None:
