@@ -52,19 +52,30 @@ install() {  # $1: runtime | worker | dev
 if [ "${1:-}" = "--dev" ]; then
     install dev
     # Debian packages of the services the tests start themselves (wrk for bench/api.py,
-    # chromium for the status page test)
+    # chromium for the status page test, podman for the container images)
     missing=()
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
     [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
     command -v wrk >/dev/null || missing+=(wrk)
     command -v mvn >/dev/null || missing+=(maven)
     command -v chromium >/dev/null || missing+=(chromium)  # the status page test
-    if [ "${#missing[@]}" -gt 0 ]; then
-        echo "==> installing Debian packages: ${missing[*]}" >&2
+    # the container image test: podman with what it recommends (buildah, fuse-overlayfs,
+    # uidmap: the set verified here), mmdebstrap for the Debian base image
+    containers=()
+    command -v podman >/dev/null || containers+=(podman)
+    command -v mmdebstrap >/dev/null || containers+=(mmdebstrap)
+    if [ "${#missing[@]}" -gt 0 ] || [ "${#containers[@]}" -gt 0 ]; then
+        echo "==> installing Debian packages: ${missing[*]} ${containers[*]}" >&2
         if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
         $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null
+        if [ "${#missing[@]}" -gt 0 ]; then
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+                --no-install-recommends "${missing[@]}" >/dev/null
+        fi
+        if [ "${#containers[@]}" -gt 0 ]; then
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+                "${containers[@]}" >/dev/null
+        fi
     fi
     # the Kafka broker's jars from Maven Central, once (cached under .cache/, git-ignored)
     echo "==> Kafka broker jars (deploy/local/kafka/pom.xml)" >&2
