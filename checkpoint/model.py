@@ -44,8 +44,14 @@ def offset_sort_key(offset: StartOffset) -> tuple[int, int]:
     return (1, offset)
 
 
+#: Kafka offsets are int64; Kinesis sequence numbers are decimal strings of up to 128
+#: digits. Offsets are Python ints everywhere and exact text in SQL, so both fit.
+MAX_OFFSET_DIGITS = 128
+
+
 def parse_offset(raw: object) -> int:
-    """A committed offset: a decimal integer >= 0 (given as int or string)."""
+    """A committed offset: a decimal integer >= 0 of at most :data:`MAX_OFFSET_DIGITS`
+    digits (given as int or string)."""
     if isinstance(raw, bool):
         raise CheckpointFormatError(f"offset must be a decimal integer, got {raw!r}")
     if isinstance(raw, int):
@@ -56,8 +62,9 @@ def parse_offset(raw: object) -> int:
         raise CheckpointFormatError(f"offset must be a non-negative decimal integer, got {raw!r}")
     if value < 0:
         raise CheckpointFormatError(f"offset must be >= 0, got {value}")
-    if value >= 2**63:
-        raise CheckpointFormatError(f"offset {value} does not fit a 64-bit signed integer")
+    if value >= 10**MAX_OFFSET_DIGITS:
+        raise CheckpointFormatError(f"offset of {len(str(value))} digits: at most "
+                                    f"{MAX_OFFSET_DIGITS} (a Kinesis sequence number's)")
     return value
 
 

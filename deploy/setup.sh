@@ -83,6 +83,9 @@ if [ "${1:-}" = "--dev" ]; then
     echo "==> Spark Kafka connector jars (deploy/local/spark/pom.xml)" >&2
     "$VENV/bin/python" -c \
         "from worker.jars import connector_jars; print(connector_jars()[0].parent)" >&2
+    echo "==> local Kinesis API server (kinesalite, npm)" >&2
+    "$VENV/bin/python" -c \
+        "from service.local.kinesis import install; print(install())" >&2
 elif [ -f "$VENV/.coxswain-install-dev" ] \
         && [ "$(cat "$VENV/.coxswain-install-dev")" = "$(fingerprint dev)" ]; then
     # a dev install has everything

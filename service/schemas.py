@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from typing_extensions import TypedDict
 
+from checkpoint.model import MAX_OFFSET_DIGITS
 from grouping.model import SystemStreamPartition
 
 MAX_ID = 255
@@ -181,7 +182,7 @@ class OffsetEntry(TypedDict):
     """One SSP(Kb) and the next offset to read (a decimal string)."""
 
     ssp: SspJson
-    offset: Annotated[str, Field(min_length=1, max_length=32)]
+    offset: Annotated[str, Field(min_length=1, max_length=MAX_OFFSET_DIGITS)]
 
 
 @with_config(_WIRE)
@@ -238,7 +239,7 @@ class ResetRequest(Request):
     """``POST /checkpoints/reset`` (admin)."""
 
     ssp: SspBody
-    offset: str = Field(min_length=1, max_length=32)
+    offset: str = Field(min_length=1, max_length=MAX_OFFSET_DIGITS)
 
 
 class ScaleRequest(Request):

@@ -19,6 +19,7 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from service.local.kafka import LocalKafka  # noqa: E402
+from service.local.kinesis import LocalKinesis  # noqa: E402
 from service.local.s3 import CREDENTIALS, LocalS3  # noqa: E402
 from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
@@ -56,6 +57,15 @@ def kafka() -> Iterator[LocalKafka]:
     broker = LocalKafka.create().start()
     yield broker
     broker.destroy()
+
+
+@pytest.fixture(scope="session")
+def kinesis() -> Iterator[LocalKinesis]:
+    """One local Kinesis API server (kinesalite) for the whole run, stopped at the end;
+    tests use uniquely named streams."""
+    server = LocalKinesis.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

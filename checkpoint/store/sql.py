@@ -43,6 +43,7 @@ from checkpoint.commit import EntryKey, EntryRow, TaskPosition, bucket_key
 from checkpoint.errors import CheckpointError
 from checkpoint.model import BucketKey, ResetPolicy, TaskCheckpointMeta
 from checkpoint.resolution import dominated
+from checkpoint.store.offsets import SortableOffset, encode_offset
 from grouping.model import SystemStreamPartition
 
 T = TypeVar("T")
@@ -57,7 +58,7 @@ checkpoint_entries = Table(
     Column("partition", Integer, primary_key=True),
     Column("factor", Integer, primary_key=True),
     Column("bucket", Integer, primary_key=True),
-    Column("offset", BigInteger, nullable=False),
+    Column("offset", SortableOffset, nullable=False),  # exact up to 128 digits
     Column("checkpoint_id", String(64)),
     Column("job_model_version", BigInteger, nullable=False),
     Column("processor_id", String(255), nullable=False),
@@ -357,23 +358,25 @@ class SqlCheckpointStore:
         )
         raw = conn.connection.driver_connection
         assert raw is not None
+        # below SQLAlchemy, so offsets are encoded here as SortableOffset would
+        encoded = [(*row[:5], encode_offset(row[5]), row[6]) for row in rows]
         cursor = raw.cursor()
         try:
             if self._dialect == "postgresql":
                 # the commit-wide columns are bound once, not repeated per row
-                arrays = [list(column) for column in zip(*rows, strict=True)]
+                arrays = [list(column) for column in zip(*encoded, strict=True)]
                 cursor.execute(
                     f"INSERT INTO checkpoint_entries ({quoted}) SELECT s, st, p, f, b, o, c, "
                     "%s::bigint, %s::varchar, %s::float8 FROM unnest("
                     "%s::varchar[], %s::varchar[], %s::int[], %s::int[], %s::int[], "
-                    f"%s::bigint[], %s::varchar[]) AS u(s, st, p, f, b, o, c) {upsert}",
+                    f"%s::varchar[], %s::varchar[]) AS u(s, st, p, f, b, o, c) {upsert}",
                     [job_model_version, processor_id, now, *arrays])
             elif self._dialect == "sqlite":
                 tail = (job_model_version, processor_id, now)
                 cursor.executemany(
                     f"INSERT INTO checkpoint_entries ({quoted}) VALUES "
                     f"({', '.join('?' * len(_ENTRY_COLUMNS))}) {upsert}",
-                    [row + tail for row in rows])
+                    [row + tail for row in encoded])
             else:
                 raise CheckpointError(f"unsupported database dialect {self._dialect!r}")
             return max(0, int(cursor.rowcount))

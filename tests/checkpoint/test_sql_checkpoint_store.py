@@ -89,3 +89,17 @@ def test_concurrent_commits_keep_the_maximum(store: SqlCheckpointStore) -> None:
     for t in threads:
         t.join()
     assert store.read_entries([P0]) == best
+
+
+def test_offsets_of_kinesis_length_are_exact_and_ordered_as_numbers(
+        store: SqlCheckpointStore) -> None:
+    """Sequence numbers of up to 128 digits: stored exactly (SQLite's NUMERIC would keep
+    15 digits), compared as numbers across digit counts."""
+    key = BucketKey(P0, 1, 0)
+    small, large = 49_680_495_734_749_429_435_897_711_455_540_000_172_574_159, 10**127 + 1
+    assert commit(store, {key: small}) == 1
+    assert commit(store, {key: large}) == 1
+    assert store.read_entries([P0]) == {key: large}
+    assert commit(store, {key: large - 1}) == 0  # one less, same length: not an advance
+    assert commit(store, {key: small}) == 0
+    assert store.read_entries([P0]) == {key: large}

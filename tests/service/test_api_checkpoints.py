@@ -256,3 +256,21 @@ def test_stateful_tasks_learn_which_snapshots_their_state_comes_from_across_scal
         cp = read(c, "Partition 0")["Partition 0"]
         assert cp["stateSources"][1]["stateCheckpointMarkers"] == {
             "blob": {"state": "Partition 0_1_2@2000-1"}}
+
+
+def test_offsets_of_128_digits_round_trip_exactly_and_longer_ones_are_refused(
+    start_server: StartServer, store_url: str
+) -> None:
+    """Kinesis sequence numbers: decimal strings of up to 128 digits, kept exactly from
+    the commit through the store to the read, on SQLite and PostgreSQL."""
+    server = start_server(*ARGS, "--store", store_url)
+    with server.client() as c:
+        _, model = setup_two_workers(c)
+        seq = int("4968049573474942943589771145554000017257415944797211853" + "7" * 73)
+        assert len(str(seq)) == 128
+        assert commit(c, model, "Partition 0", seq).status_code == 200
+        assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == str(seq)
+        assert commit(c, model, "Partition 0", seq - 1).json()["advanced"] == 0
+        too_long = commit(c, model, "Partition 0", 10**128)
+        assert too_long.status_code == 422, too_long.text
+        assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == str(seq)
