@@ -52,6 +52,8 @@ from grouping.generation import GeneratedJobModel, generate_job_model
 from grouping.groupers import grouper_by_name
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
 from grouping.model import JobModel, SystemStreamPartition
+from grouping.shards import CONFIG_KEY as SHARDS
+from grouping.shards import Shard, lineage_of_config, lineage_to_config
 
 log = logging.getLogger("coxswain.coordinator")
 T = TypeVar("T")
@@ -164,6 +166,8 @@ class Coordinator:
         self._probing_wanted = False
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)  # newest last
         self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
+        # shard lineage of Kinesis inputs (grouping.shards), into every job model's config
+        self._lineage: dict[tuple[str, str], dict[int, Shard]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._lead_since = clock.now()
@@ -319,7 +323,15 @@ class Coordinator:
 
     def _adopt_inputs(self, model: JobModel | None) -> None:
         """Partitions of monitored streams as the latest job model has them (the leader
-        that generated it may have seen partitions added that this replica has not)."""
+        that generated it may have seen partitions added that this replica has not); the
+        shards of Kinesis streams and their lineage exactly as it has them."""
+        if model is not None and SHARDS in model.config:
+            self._lineage = lineage_of_config(model.config)
+            listed = {SystemStreamPartition(system, stream, p)
+                      for (system, stream), shards in self._lineage.items() for p in shards}
+            self._inputs = tuple(sorted(
+                {s for s in self._inputs if (s.system, s.stream) not in self._lineage}
+                | listed))
         if model is None or not self.config.monitored_streams:
             return
         monitored = set(self.config.monitored_streams)
@@ -584,6 +596,20 @@ class Coordinator:
             self._inputs = whole
             await self.rebalance("inputs_changed")
 
+    async def update_shards(self, system: str, stream: str, shards: Mapping[int, Shard]
+                            ) -> None:
+        """A Kinesis stream's shard listing: its partitions become exactly the listed
+        shards (children added, expired parents gone) and the lineage goes into the job
+        model's config; any change generates a new version."""
+        key = (system, stream)
+        listed = {SystemStreamPartition(system, stream, p) for p in shards}
+        inputs = tuple(sorted({s for s in self._inputs if (s.system, s.stream) != key}
+                              | listed))
+        lineage = {**self._lineage, key: dict(shards)}
+        if inputs != self._inputs or lineage != self._lineage:
+            self._inputs, self._lineage = inputs, lineage
+            await self.rebalance("inputs_changed")
+
     def _needs_regeneration(self, model: JobModel | None) -> bool:
         """True when the configured job differs from ``model`` (e.g. after a restart with
         other inputs or factor, or with processors that joined or left meanwhile)."""
@@ -621,6 +647,7 @@ class Coordinator:
             lags = self.membership.task_lags()
             locality = self._known_locality
             inputs = self._inputs
+            extra = {SHARDS: lineage_to_config(self._lineage)} if self._lineage else None
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
         def generate() -> GeneratedJobModel:
@@ -629,6 +656,7 @@ class Coordinator:
                 previous=previous, task_locality=locality, task_lags=lags,
                 stateful=self.config.stateful, params=self.config.assignment,
                 max_elasticity_factor=self.config.max_elasticity_factor,
+                extra_config=extra,
             )
             if self._prepare is not None:
                 self._prepare(generated.job_model)

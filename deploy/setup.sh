@@ -34,7 +34,7 @@ fingerprint() {
 install() {  # $1: runtime | worker | dev
     local spec=. stamp="$VENV/.coxswain-install-$1"
     [ "$1" = worker ] && spec='.[worker]'
-    [ "$1" = dev ] && spec='.[worker,dev]'
+    [ "$1" = dev ] && spec='.[worker,kinesis,dev]'
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(fingerprint "$1")" ]; then
         echo "==> coxswain ($1) in $VENV is up to date with pyproject.toml" >&2
         return

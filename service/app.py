@@ -22,6 +22,7 @@ from coordinator.clock import Clock, SystemClock
 from coordinator.leader import EmbeddedLeader, LeaderRole
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.partition_monitor import KafkaPartitionSource, PartitionMonitor
+from coordinator.shard_monitor import KinesisShardSource, ShardMonitor
 from coordinator.sql_leader import SqlLeaseLeader
 from coordinator.store.kafka import KafkaMetadataStore
 from coordinator.store.metadata import MetadataStore
@@ -120,6 +121,17 @@ def partition_monitor(settings: Settings, coordinator: Coordinator) -> Partition
         coordinator.update_inputs, coordinator.leader.is_leader)
 
 
+def shard_monitor(settings: Settings, coordinator: Coordinator) -> ShardMonitor | None:
+    """The Kinesis shard monitor, when there are kinesis.STREAM inputs."""
+    streams = settings.shard_streams()
+    if not streams:
+        return None
+    return ShardMonitor(
+        streams, KinesisShardSource(settings.kinesis_endpoint, settings.kinesis_region),
+        settings.partition_poll_interval_ms / 1000, coordinator.update_shards,
+        coordinator.leader.is_leader)
+
+
 @asynccontextmanager
 async def metadata_backend(
     settings: Settings, engine: Engine, sql_leader: SqlLeaseLeader | None = None,
@@ -216,6 +228,10 @@ def create_app(settings: Settings, clock: Clock | None = None,
             app.state.partition_monitor = monitor
             if monitor is not None:
                 monitor.start()
+            shards = shard_monitor(settings, coordinator)
+            app.state.shard_monitor = shards
+            if shards is not None:
+                shards.start()
             log.info("coordinator %s serving job %r with %d input partitions (metadata: %s; "
                      "checkpoints: %s)", settings.replica_id, settings.job,
                      len(coordinator.inputs), settings.metadata_backend(),
@@ -225,6 +241,8 @@ def create_app(settings: Settings, clock: Clock | None = None,
             finally:
                 if monitor is not None:
                     await monitor.stop()
+                if shards is not None:
+                    await shards.stop()
                 await sizer.stop()
                 await coordinator.stop()
                 engine.dispose()

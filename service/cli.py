@@ -34,7 +34,8 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--store", {"help": "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db"}),
     ("--input", {"action": "append", "metavar": "SYSTEM.STREAM[:PARTITIONS]",
                  "help": "an input stream and its partition count (repeatable); without "
-                         "a count, discovered from --kafka-bootstrap"}),
+                         "a count, discovered from --kafka-bootstrap; kinesis.STREAM: its "
+                         "shards, from --kinesis-endpoint"}),
     ("--grouper", {"help": "GroupByPartition | GroupBySystemStreamPartition | "
                            "AllSspToSingleTask"}),
     ("--elasticity-factor", {"type": int, "help": "initial elasticity factor (power of two)"}),
@@ -69,7 +70,12 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--kafka-bootstrap", {"help": "Kafka bootstrap servers: inputs given as SYSTEM.STREAM "
                                    "(no count) get their partition count from Kafka"}),
     ("--partition-poll-interval-ms", {"type": int,
-                                      "help": "how often partition counts are polled (30000)"}),
+                                      "help": "how often partition counts (Kafka) and shards "
+                                              "(Kinesis) are polled (30000)"}),
+    ("--kinesis-endpoint", {"help": "Kinesis API endpoint URL for kinesis.STREAM inputs "
+                                    "(default: AWS's for the region)"}),
+    ("--kinesis-region", {"help": "AWS region of the Kinesis streams (default: "
+                                  "$AWS_REGION, else us-east-1)"}),
     ("--metadata-store", {"choices": ["sql", "zookeeper", "kafka"],
                           "help": "where job models, leases and locality live (default: "
                                   "zookeeper with --zk, else the SQL store)"}),

@@ -29,6 +29,8 @@ from grouping.groupers import GROUPERS
 from grouping.key_bucket import is_power_of_two
 from grouping.model import SystemStreamPartition
 
+KINESIS = "kinesis"  # the system name of Kinesis inputs (kinesis.STREAM)
+
 
 class SettingsError(ValueError):
     """A setting is invalid; the message says which and why."""
@@ -47,6 +49,9 @@ def parse_input_spec(spec: str) -> tuple[str, str, int | None]:
             "or SYSTEM.STREAM with --kafka-bootstrap")
     if not sep:
         return system, stream, None
+    if system == KINESIS:
+        raise SettingsError(f"input {spec!r}: a Kinesis stream's partitions are its shards, "
+                            f"listed from the stream: give it as {name} without a count")
     if not count.isdigit() or int(count) < 1:
         raise SettingsError(f"input {spec!r}: the partition count must be a positive integer")
     return system, stream, int(count)
@@ -109,6 +114,11 @@ class Settings(BaseSettings):
         None, description="Kafka bootstrap servers: inputs given as SYSTEM.STREAM get their "
                           "partition count from Kafka, polled by the leader")
     partition_poll_interval_ms: int = Field(30_000, ge=100)
+    kinesis_endpoint: str | None = Field(
+        None, description="Kinesis API endpoint for kinesis.STREAM inputs (default: AWS's)")
+    kinesis_region: str | None = Field(
+        None, description="AWS region of the Kinesis streams (default: $AWS_REGION, else "
+                          "us-east-1)")
     metadata_store: Literal["sql", "zookeeper", "kafka"] | None = Field(
         None, description="where job models, leases, barriers and locality live (default: "
                           "zookeeper with --zk, else sql); kafka = a coordinator stream")
@@ -158,7 +168,12 @@ class Settings(BaseSettings):
     def monitored_streams(self) -> list[tuple[str, str]]:
         """(system, stream) of the inputs given without a count: discovered from Kafka."""
         return [(system, stream) for system, stream, count in map(parse_input_spec, self.input)
-                if count is None]
+                if count is None and system != KINESIS]
+
+    def shard_streams(self) -> list[tuple[str, str]]:
+        """(system, stream) of the Kinesis inputs: their shards are listed and polled."""
+        return [(system, stream) for system, stream, _ in map(parse_input_spec, self.input)
+                if system == KINESIS]
 
     def store_url(self) -> str:
         """The store URL (default: SQLite file in data_dir)."""

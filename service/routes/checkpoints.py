@@ -14,15 +14,17 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from checkpoint.commit import EntryKey, build_commit, commit_index, entry_key
-from checkpoint.model import BucketKey, TaskCheckpointMeta, parse_start_offset
+from checkpoint.model import BucketKey, SspStart, TaskCheckpointMeta, parse_start_offset
 from checkpoint.resolution import entries_by_partition, resolve_ssp_start
 from checkpoint.serde import offset_to_json, skip_watermarks_to_json
+from checkpoint.shard_ends import waiting_for
 from checkpoint.state_sources import HeldState, state_sources
 from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
 from coordinator.lifecycle import Coordinator
-from grouping.model import JobModel, TaskModel
+from grouping.model import JobModel, SystemStreamPartition, TaskModel
 from grouping.serde import ssp_to_json
+from grouping.shards import Lineage, lineage_of_config
 from service import deps
 from service.auth import AuthFirstRoute, lease_token, require_admin, require_worker
 from service.errors import ApiError
@@ -77,6 +79,8 @@ async def read_checkpoints(
                        f"not tasks of job model {model.version}: {', '.join(unknown[:10])}")
     wanted = [tasks[n] for n in names]
     partitions = {s.whole() for t in wanted for s in t.ssps}
+    lineage = model.memo("lineage", lambda m: lineage_of_config(m.config))
+    partitions |= _parents(partitions, lineage)  # whether they are finished
 
     stateful = coordinator.config.stateful
     factor = model.elasticity_factor
@@ -92,10 +96,12 @@ async def read_checkpoints(
     by_partition = entries_by_partition(entries)
     default_reset = coordinator.config.reset_policy
     out: dict[str, Any] = {}
+    def start_of(ssp: SystemStreamPartition) -> SspStart:
+        return resolve_ssp_start(ssp, factor, by_partition.get(ssp.whole(), {}),
+                                 resets.get(ssp.whole(), default_reset))
+
     for task in wanted:
-        starts = [resolve_ssp_start(ssp, factor, by_partition.get(ssp.whole(), {}),
-                                    resets.get(ssp.whole(), default_reset))
-                  for ssp in task.ssps]
+        starts = [start_of(ssp) for ssp in task.ssps]
         m = meta.get(task.name)
         out[task.name] = {
             "version": 2 if m is not None and m.checkpoint_id else 1,
@@ -108,8 +114,25 @@ async def read_checkpoints(
         }
         if stateful:
             out[task.name]["stateSources"] = _state_sources(task, factor, meta, holders)
+        if lineage:  # shard inputs: parents before children (checkpoint.shard_ends)
+            out[task.name]["waitingFor"] = [
+                ssp_to_json(s) for s in
+                waiting_for(task.ssps, lineage, lambda ssp: start_of(ssp).start)]
     metrics.checkpoint_compute_seconds.observe(time.perf_counter() - started)
     return out
+
+
+def _parents(partitions: set[SystemStreamPartition], lineage: Lineage
+             ) -> set[SystemStreamPartition]:
+    """The parent shards of ``partitions`` that the lineage still lists."""
+    found = set()
+    for p in partitions:
+        shards = lineage.get((p.system, p.stream)) or {}
+        shard = shards.get(p.partition)
+        for parent in shard.parents if shard else ():
+            if parent in shards:
+                found.add(SystemStreamPartition(p.system, p.stream, parent))
+    return found
 
 
 def _state_sources(task: TaskModel, factor: int, meta: Mapping[str, TaskCheckpointMeta],

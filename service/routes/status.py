@@ -44,11 +44,12 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
             if task in lags.get(pid, {}):
                 lag_per_task[task] = lags[pid][task]
     last = coordinator.last_rebalance
-    monitor = getattr(request.app.state, "partition_monitor", None)
-    inputs = [] if monitor is None else [
+    monitors = [m for m in (getattr(request.app.state, "partition_monitor", None),
+                            getattr(request.app.state, "shard_monitor", None)) if m is not None]
+    inputs = [
         {"stream": f"{m.system}.{m.stream}", "partitions": m.partitions,
          "observedPartitions": m.observed, "state": m.state.value, "detail": m.detail}
-        for m in monitor.status()]
+        for monitor in monitors for m in monitor.status()]
     return {
         "replicaId": coordinator.leader.replica_id,
         "leaderId": coordinator.leader.leader_id(),

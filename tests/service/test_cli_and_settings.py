@@ -60,9 +60,9 @@ def test_client_commands_say_when_no_server_answers() -> None:
 
 def test_db_upgrade_and_downgrade_commands(tmp_path: Path) -> None:
     up = cli("db", "upgrade", "--data-dir", str(tmp_path))
-    assert "revision 0003" in up.stdout, up.stderr
+    assert "revision 0004" in up.stdout, up.stderr
     down = cli("db", "downgrade", "--data-dir", str(tmp_path))
-    assert "revision 0002" in down.stdout, down.stderr
+    assert "revision 0003" in down.stdout, down.stderr
 
 
 def test_settings_precedence_flags_env_file_defaults(
@@ -205,3 +205,11 @@ def test_dev_up_stopped_while_starting_stops_what_it_started() -> None:
     assert proc.returncode == 0, out
     assert "stopping..." in out, out
     _assert_closed(zk_port, kafka_port)
+
+
+def test_kinesis_inputs_are_listed_shards_not_counts() -> None:
+    s = Settings(input=["kinesis.orders", "kafka.clicks:4"])  # no --kafka-bootstrap needed
+    assert s.shard_streams() == [("kinesis", "orders")]
+    assert s.monitored_streams() == []
+    with pytest.raises(ValueError, match="its shards"):
+        Settings(input=["kinesis.orders:4"])

@@ -1,0 +1,162 @@
+"""Kinesis shards discovered with ListShards, and what the coordinator does with them.
+
+Like the Kafka partition monitor, every replica polls (its ``/status`` tells the truth) and
+only the leader acts, and an unreachable endpoint or a missing stream never wipes the
+job model. Unlike Kafka partitions, shards come and go: a split or a merge closes parents
+and opens children (new partitions, the parents' ending sequence numbers), and a closed
+shard trimmed after the retention period leaves the listing. The leader applies each
+listing as it is: the stream's partitions become exactly the listed shards, and the
+lineage goes into the job model's config (``grouping.shards``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from coordinator.partition_monitor import InputState, SourceUnavailable, StreamStatus
+from grouping.shards import Shard, ShardFormatError, shards_from_listing
+
+log = logging.getLogger("coxswain.inputs")
+
+
+class ShardSource(Protocol):
+    """Where shard listings come from."""
+
+    def list_shards(self, stream: str) -> list[Mapping[str, Any]] | None:
+        """Every shard of ``stream`` (all pages), as ListShards gives them; None when
+        there is no such stream. Raises SourceUnavailable."""
+        ...
+
+
+class KinesisShardSource:
+    """ListShards of a Kinesis API endpoint (boto3; credentials from the usual AWS
+    variables or files)."""
+
+    def __init__(self, endpoint: str | None, region: str | None, timeout_s: float = 5.0
+                 ) -> None:
+        try:
+            import boto3  # noqa: PLC0415 (optional: coxswain[kinesis])
+            from botocore.config import Config  # noqa: PLC0415
+        except ImportError as e:  # a slim coordinator install
+            raise RuntimeError("Kinesis inputs need boto3: pip install 'coxswain[kinesis]'"
+                               ) from e
+        region = (region or os.environ.get("AWS_REGION")
+                  or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+        self._client = boto3.client(
+            "kinesis", endpoint_url=endpoint, region_name=region,
+            config=Config(connect_timeout=timeout_s, read_timeout=timeout_s,
+                          retries={"max_attempts": 2}))
+
+    def list_shards(self, stream: str) -> list[Mapping[str, Any]] | None:
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+
+        shards: list[Mapping[str, Any]] = []
+        token: str | None = None
+        try:
+            while True:
+                # the first page names the stream; the next ones only the token (API rule)
+                page = (self._client.list_shards(NextToken=token, MaxResults=1000) if token
+                        else self._client.list_shards(StreamName=stream, MaxResults=1000))
+                shards.extend(dict(s) for s in page.get("Shards", []))
+                token = page.get("NextToken")
+                if not token:
+                    return shards
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return None
+            raise SourceUnavailable(f"Kinesis refused ListShards: {e}") from e
+        except BotoCoreError as e:
+            raise SourceUnavailable(f"Kinesis unreachable: {e}") from e
+
+
+class ShardMonitor:
+    """Polls the shards of the monitored Kinesis streams and applies them (leader)."""
+
+    def __init__(
+        self,
+        system_streams: Iterable[tuple[str, str]],
+        source: ShardSource,
+        interval_s: float,
+        apply: Callable[[str, str, Mapping[int, Shard]], Awaitable[None]],
+        is_leader: Callable[[], bool],
+    ) -> None:
+        self._streams = sorted(set(system_streams))
+        self._source = source
+        self._interval_s = interval_s
+        self._apply = apply
+        self._is_leader = is_leader
+        self._status: dict[tuple[str, str], StreamStatus] = {
+            (sys, st): StreamStatus(sys, st, None, None, InputState.UNKNOWN)
+            for sys, st in self._streams}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def status(self) -> list[StreamStatus]:
+        """The last seen state of every monitored stream (partitions: open shards and
+        closed ones still listed)."""
+        return [self._status[k] for k in self._streams]
+
+    def start(self) -> None:
+        """Poll now and then every interval, until :meth:`stop`."""
+        self._task = asyncio.create_task(self._run(), name="shard-monitor")
+
+    async def stop(self) -> None:
+        """Stop polling."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def poll_soon(self) -> None:
+        """Poll without waiting for the interval (e.g. on becoming the leader)."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("shard poll failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+
+    async def poll_once(self) -> None:
+        """One poll of every stream: record what Kinesis says; on the leader, apply it."""
+        for system, stream in self._streams:
+            before = self._status[(system, stream)]
+            try:
+                listing = await asyncio.to_thread(self._source.list_shards, stream)
+                shards = None if listing is None else shards_from_listing(listing)
+            except (SourceUnavailable, ShardFormatError) as e:
+                self._set(StreamStatus(system, stream, before.partitions, before.observed,
+                                       InputState.UNREACHABLE, str(e)))
+                continue
+            if not shards:
+                self._set(StreamStatus(system, stream, before.partitions, None,
+                                       InputState.MISSING,
+                                       f"stream {stream!r} does not exist (or has no shards)"))
+                continue
+            self._set(StreamStatus(system, stream, len(shards), len(shards), InputState.OK,
+                                   _describe(shards)))
+            if self._is_leader():
+                await self._apply(system, stream, shards)
+
+    def _set(self, status: StreamStatus) -> None:
+        key = (status.system, status.stream)
+        before = self._status.get(key)
+        self._status[key] = status
+        if before is None or (before.state, before.detail) != (status.state, status.detail):
+            level = logging.INFO if status.state is InputState.OK else logging.WARNING
+            log.log(level, "input %s.%s: %s%s", status.system, status.stream,
+                    status.state.value, f" ({status.detail})" if status.detail else "")
+
+
+def _describe(shards: Mapping[int, Shard]) -> str:
+    open_ = [p for p, s in shards.items() if not s.closed]
+    return f"{len(open_)} open shards, {len(shards) - len(open_)} closed"
