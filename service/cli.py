@@ -358,7 +358,9 @@ def _worker(args: argparse.Namespace) -> None:
         spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
-        output_topic=args.output_topic, state=state)
+        output_topic=args.output_topic, state=state,
+        kinesis_endpoint=args.kinesis_endpoint,
+        kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"))
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -452,6 +454,10 @@ def parser() -> argparse.ArgumentParser:
                         "virtual task, in offset order")
     w.add_argument("--output-topic", help="Kafka topic for the rows process_task returns")
     w.add_argument("--kafka-bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap")
+    w.add_argument("--kinesis-endpoint", help="Kinesis API endpoint URL for kinesis inputs "
+                                              "(default: AWS's for the region)")
+    w.add_argument("--kinesis-region", help="AWS region of the Kinesis streams (default: "
+                                            "$AWS_REGION, else us-east-1)")
     w.add_argument("--processor-id", help="this processor's id (default: assigned by the "
                    "coordinator)")
     w.add_argument("--location", help="location id for host affinity (default: the hostname)")

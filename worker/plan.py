@@ -11,6 +11,10 @@ model version: pure functions from the API's JSON to Spark options and SQL.
   below a sub-bucket's skip watermark, are dropped.
 * after a batch, the commit: every bucket of a partition advances to the batch's end
   offset of that partition, whether or not it had records.
+* Kinesis inputs (``worker.kinesis_source``): the same plan over shards, with offsets
+  compared as zero-padded text, end-of-shard markers filtered out (they only make the
+  batch's end ``endingSequenceNumber + 1``), and tasks whose parent shards' key spaces
+  are not finished (``waitingFor``) left out until they are.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from checkpoint.model import MAX_OFFSET_DIGITS
 
 EARLIEST, LATEST = -2, -1  # Spark's startingOffsets codes
 
@@ -47,12 +53,41 @@ class Skip:
 
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
-    """Everything a query for one version needs."""
+    """Everything a query for one version needs.
+
+    ``system`` is ``kafka`` (the JVM connector's columns: ``offset`` a bigint) or
+    ``kinesis`` (``worker.kinesis_source``: sequence numbers outgrow every Spark integer,
+    so offsets are compared through ``offsetKey``, the number as zero-padded text, and
+    end-of-shard markers never reach user code)."""
 
     version: int
     factor: int
     starts: tuple[SspStart, ...]
     skips: tuple[Skip, ...] = field(default=())
+    system: str = "kafka"
+    #: active tasks left out because a parent shard's key space is not finished yet
+    waiting: tuple[str, ...] = field(default=())
+    #: Kinesis: each shard's ending sequence number, when the job model's lineage has it
+    endings: tuple[tuple[str, int, int], ...] = field(default=())
+
+    def _offset(self) -> str:
+        return "offsetKey" if self.system == "kinesis" else "offset"
+
+    def _literal(self, offset: int) -> str:
+        if self.system == "kinesis":
+            return "'" + str(offset).zfill(MAX_OFFSET_DIGITS) + "'"
+        return str(offset)
+
+    def kinesis_shards(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The Kinesis source's ``shards`` option per stream: shard partition -> its
+        start (the earliest of its buckets) and ending sequence number (or None)."""
+        endings = {(stream, p): e for stream, p, e in self.endings}
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for topic, per in self.starting_offsets().items():
+            out[topic] = {p: {"start": {EARLIEST: "earliest", LATEST: "latest"}.get(
+                start, str(start)), "ending": None if (topic, int(p)) not in endings
+                else str(endings[(topic, int(p))])} for p, start in per.items()}
+        return out
 
     def assign(self) -> dict[str, list[int]]:
         """Spark's ``assign`` option: topic -> partitions."""
@@ -74,6 +109,8 @@ class QueryPlan:
     def bucket_expr(self, factor: int | None = None) -> str:
         """Spark SQL for a record's key bucket under ``factor`` (default: the model's)."""
         f = factor or self.factor
+        if self.system == "kinesis":  # every record has a partition key (markers: none)
+            return f"pmod(crc32(key), {f})"
         return (f"CASE WHEN key IS NULL THEN pmod(offset, {f}) "
                 f"ELSE pmod(crc32(key), {f}) END")
 
@@ -98,14 +135,17 @@ class QueryPlan:
                 mine = buckets[(topic, p)]
                 anywhere = sorted(b for b, start in mine.items() if start < 0)
                 parts = [f"keyBucket IN ({', '.join(map(str, anywhere))})"] if anywhere else []
-                parts += [f"(keyBucket = {b} AND offset >= {start})"
+                parts += [f"(keyBucket = {b} AND {self._offset()} >= {self._literal(start)})"
                           for b, start in sorted(mine.items()) if start >= 0]
                 where += " AND (" + " OR ".join(parts) + ")"
             keep.append(where + ")")
         sql = "(" + (" OR ".join(keep) or "false") + ")"
+        if self.system == "kinesis":
+            sql = f"NOT endOfShard AND {sql}"
         for w in self.skips:
             sql += (f" AND NOT (topic = {sql_string(w.topic)} AND partition = {w.partition} AND "
-                    f"{self.bucket_expr(w.factor)} = {w.bucket} AND offset < {w.offset})")
+                    f"{self.bucket_expr(w.factor)} = {w.bucket} AND "
+                    f"{self._offset()} < {self._literal(w.offset)})")
         return sql
 
     def commit(self, end_offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
@@ -116,7 +156,7 @@ class QueryPlan:
             end = end_offsets.get((s.topic, s.partition))
             if end is None:
                 continue
-            ssp: dict[str, Any] = {"system": "kafka", "stream": s.topic,
+            ssp: dict[str, Any] = {"system": self.system, "stream": s.topic,
                                    "partition": s.partition}
             if s.key_bucket >= 0:
                 ssp["keyBucket"] = s.key_bucket
@@ -133,14 +173,23 @@ def plan_query(model: Mapping[str, Any], processor_id: str,
     factor = int(model["config"].get("elasticityFactor", 1))
     starts: list[SspStart] = []
     skips: list[Skip] = []
-    for name, task in sorted(container["tasks"].items()):
-        if task.get("taskMode", "Active") != "Active":
+    waiting: list[str] = []
+    active = {name: task for name, task in sorted(container["tasks"].items())
+              if task.get("taskMode", "Active") == "Active"}
+    systems = {ssp.get("system", "kafka") for t in active.values()
+               for ssp in t["systemStreamPartitions"]}
+    if len(systems) > 1:
+        raise ValueError(f"a worker's query reads one system; this job mixes {sorted(systems)}")
+    system = systems.pop() if systems else "kafka"
+    if system not in ("kafka", "kinesis"):
+        raise ValueError(f"input system {system!r}: the worker reads kafka and kinesis")
+    for name, task in active.items():
+        if checkpoints.get(name, {}).get("waitingFor"):
+            waiting.append(name)  # a parent shard's key space is not finished yet
             continue
         resolved = {_ssp_key(o["ssp"]): o["offset"]
                     for o in checkpoints.get(name, {}).get("inputOffsets", [])}
         for ssp in task["systemStreamPartitions"]:
-            if ssp.get("system", "kafka") != "kafka":
-                continue
             raw = resolved.get(_ssp_key(ssp), "earliest")
             starts.append(SspStart(name, ssp["stream"], int(ssp["partition"]),
                                    int(ssp.get("keyBucket", -1)), _offset(raw)))
@@ -149,7 +198,12 @@ def plan_query(model: Mapping[str, Any], processor_id: str,
             if offset >= 0:
                 skips.append(Skip(w["ssp"]["stream"], int(w["ssp"]["partition"]),
                                   int(w["elasticityFactor"]), int(w["keyBucket"]), offset))
-    return QueryPlan(int(model["version"]), factor, tuple(starts), tuple(skips))
+    endings = tuple(
+        (name.partition(".")[2], int(p), int(shard["endingSequenceNumber"]))
+        for name, shards in (model["config"].get("shards") or {}).items()
+        for p, shard in shards.items() if shard.get("endingSequenceNumber") is not None)
+    return QueryPlan(int(model["version"]), factor, tuple(starts), tuple(skips), system,
+                     tuple(waiting), endings)
 
 
 def _ssp_key(ssp: Mapping[str, Any]) -> tuple[str, int, int]:

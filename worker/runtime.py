@@ -38,6 +38,8 @@ from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
 from worker.jars import connector_jars
+from worker.kinesis_source import NAME as KINESIS
+from worker.kinesis_source import KinesisDataSource
 from worker.plan import QueryPlan, plan_query, sql_string
 from worker.state.store import TaskStore
 from worker.state.tasks import (
@@ -50,8 +52,14 @@ from worker.state.tasks import (
 
 log = logging.getLogger("coxswain.worker")
 
+WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
+
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "keyBucket",
            "taskName")
+# Kinesis input: key = partition key, value = data, topic = stream, partition = the
+# shard's number (shard: its id); sequence numbers are decimal strings (beyond int64)
+KINESIS_COLUMNS = ("key", "value", "topic", "partition", "shard", "sequenceNumber",
+                   "approximateArrivalTimestamp", "keyBucket", "taskName")
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,8 @@ class WorkerConfig:
     trigger_interval_s: float = 0.5
     checkpoint_root: Path | None = None
     state: StateConfig | None = None  # process_task keeps per-key state (ctx.state)
+    kinesis_endpoint: str | None = None  # Kinesis inputs: the API endpoint (default AWS's)
+    kinesis_region: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,8 +171,12 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
         if not frames:
             return
         rows = pd.concat(frames, ignore_index=True)
+        order = "offset" if "offset" in rows.columns else "sequenceNumber"
         for task_name, unordered in rows.groupby("taskName", sort=True):
-            task_rows = unordered.sort_values(["partition", "offset"], kind="stable")
+            # Kinesis sequence numbers are decimal strings of any length: as numbers
+            task_rows = unordered.sort_values(
+                ["partition", order], kind="stable",
+                key=lambda c: c.str.zfill(128) if c.name == "sequenceNumber" else c)
             name = str(task_name)
 
             def call(store: Callable[[], TaskStore], name: str = name,
@@ -214,6 +228,8 @@ class Worker:
         self._model: dict[str, Any] | None = None  # the latest job model seen
         self._lags: dict[str, int] = {}  # state lag per task, for the heartbeats
         self._busy = BusyMeter()  # share of recent time in batches, for the autosizer
+        self._waiting: tuple[str, ...] = ()  # tasks waiting for parent shards to finish
+        self._restart = False  # some of them may start: restart the query, same version
 
     # -- lifecycle
 
@@ -313,9 +329,10 @@ class Worker:
         try:
             while model is not None and not self._done():
                 tasks = self._my_tasks(model)
-                if running is not None and tasks == mine:
+                if running is not None and tasks == mine and not self._restart:
                     self._ack(model)  # keep running
                 else:
+                    self._restart = False
                     if running is not None:
                         self._hand_over(running)
                         running = None
@@ -352,15 +369,33 @@ class Worker:
 
     def _next_model(self, version: int, running: tuple[QueryPlan, Any] | None = None
                     ) -> dict[str, Any] | None:
+        checked = time.monotonic()
         while not self._done():
             if running is not None and not running[1][0].isActive:
                 # the user's code or Spark failed: fail loudly rather than idle with a lease
                 raise RuntimeError(f"the query of version {running[0].version} died: "
                                    f"{running[1][0].exception()}")
+            if self._waiting and time.monotonic() - checked >= WAITING_RECHECK_S:
+                checked = time.monotonic()
+                if self._startable(self._waiting):  # restart with them, same version
+                    self._restart = True
+                    return self._model
             model = self._client.job_model(self.processor_id, since=version, wait_ms=1000)
             if model is not None:
                 return model
         return None
+
+    def _startable(self, waiting: tuple[str, ...]) -> bool:
+        """True when a task that waited for a parent shard's key space may start now."""
+        try:
+            found = self._client.checkpoints(list(waiting))
+        except CoordinatorError as e:  # a newer version is coming: it will replan
+            log.info("checkpoints of waiting tasks not readable (%s)", e)
+            return False
+        ready = [n for n in waiting if not found.get(n, {}).get("waitingFor")]
+        if ready:
+            log.info("parent shards finished: starting %s", ", ".join(ready))
+        return bool(ready)
 
     def _await_barrier(self, model: dict[str, Any]) -> dict[str, Any] | None:
         """Wait until ``model``'s barrier is done; a newer version may come instead."""
@@ -393,6 +428,10 @@ class Worker:
                      model["version"], e)
             return None
         plan = plan_query(model, self.processor_id, checkpoints)
+        self._waiting = plan.waiting
+        if plan.waiting:
+            log.info("version %d: %d tasks wait for parent shards: %s", plan.version,
+                     len(plan.waiting), ", ".join(plan.waiting[:10]))
         if not plan.starts:
             log.info("version %d: no active tasks here", plan.version)
             return None
@@ -410,14 +449,12 @@ class Worker:
             return advanced
 
         committer = AsyncCommitter(upload, self.config.max_commit_delay_s)
-        reader = (self._spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", self.config.kafka_bootstrap)
-                  .option("assign", json.dumps(plan.assign()))
-                  .option("startingOffsets", json.dumps(plan.starting_offsets()))
-                  .option("failOnDataLoss", "false"))
-        if self.config.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", self.config.max_offsets_per_trigger)
-        source = reader.load().withColumn("keyBucket", F.expr(plan.bucket_expr()))
+        source = self._source(plan).withColumn("keyBucket", F.expr(plan.bucket_expr()))
+        columns = KINESIS_COLUMNS if plan.system == "kinesis" else COLUMNS
+        # a batch's end per partition: the next offset to read after its last row (for
+        # Kinesis an end-of-shard marker's, endingSequenceNumber + 1, when the shard ended)
+        end_of = (F.max("offsetKey") if plan.system == "kinesis"
+                  else F.max("offset") + 1).alias("end")
         task_of = _task_column(plan)
         task_names = tuple(sorted({s.task for s in plan.starts}))
         self._stopping_query = False
@@ -432,12 +469,14 @@ class Worker:
                 batch.persist()
                 try:
                     per_partition = batch.groupBy("topic", "partition").agg(
-                        (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()
-                    ends = {(r["topic"], r["partition"]): int(r["end"]) for r in per_partition}
+                        end_of, F.count("*").alias("n")).collect()
+                    ends = {(r["topic"], r["partition"]):
+                            int(r["end"]) + (1 if plan.system == "kinesis" else 0)
+                            for r in per_partition}
                     read = sum(int(r["n"]) for r in per_partition)
                     if ends:
                         mine = batch.where(plan.filter_sql()).withColumn(
-                            "taskName", F.expr(task_of)).select(*COLUMNS)
+                            "taskName", F.expr(task_of)).select(*columns)
                         checkpoint_id = new_checkpoint_id() if states is not None else None
                         self._process(mine, BatchContext(
                             self.processor_id, plan.version, batch_id, self._spark,
@@ -475,6 +514,32 @@ class Worker:
                  plan.starting_offsets())
         return plan, (query, committer)
 
+    def _source(self, plan: QueryPlan) -> DataFrame:
+        """The streaming DataFrame of ``plan``'s partitions, from their starts."""
+        if plan.system == "kinesis":
+            shards = plan.kinesis_shards()
+            if len(shards) != 1:
+                raise ValueError(f"a worker's query reads one Kinesis stream, not "
+                                 f"{sorted(shards)}")
+            (stream, per_shard), = shards.items()
+            self._spark.dataSource.register(KinesisDataSource)
+            return (self._spark.readStream.format(KINESIS)
+                    .option("stream", stream)
+                    .option("endpoint", self.config.kinesis_endpoint or "")
+                    .option("region", self.config.kinesis_region or "")
+                    .option("shards", json.dumps(per_shard))
+                    .option("maxRecordsPerShard",
+                            str(self.config.max_offsets_per_trigger or 10_000))
+                    .load())
+        reader = (self._spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", self.config.kafka_bootstrap)
+                  .option("assign", json.dumps(plan.assign()))
+                  .option("startingOffsets", json.dumps(plan.starting_offsets()))
+                  .option("failOnDataLoss", "false"))
+        if self.config.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", self.config.max_offsets_per_trigger)
+        return reader.load()
+
     def _hand_over(self, running: tuple[QueryPlan, Any]) -> None:
         """Let the running batch finish, wait for its commit, stop the query."""
         plan, (query, committer) = running
@@ -495,8 +560,8 @@ def _consumer_lag(plan: QueryPlan, committed: dict[tuple[str, int], int],
     """Per task: the partition's latest offset (as the query last saw it) minus the next
     offset committed for it, for the autosizer."""
     progress = holder[0].lastProgress if holder else None
-    if not progress or not progress.get("sources"):
-        return {}
+    if not progress or not progress.get("sources") or plan.system != "kafka":
+        return {}  # (the Kinesis source knows no stream end to measure a backlog against)
     latest = progress["sources"][0].get("latestOffset") or {}
     if isinstance(latest, str):
         latest = json.loads(latest)

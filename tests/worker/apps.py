@@ -59,3 +59,15 @@ def slow_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
 
     time.sleep(0.004 * len(rows))
     return echo_task(ctx, rows)
+
+
+def kinesis_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """process_task over Kinesis records: one output row per record, (key, seq, task,
+    processor, version, shard, sequence number)."""
+    return pd.DataFrame({
+        "key": list(rows["key"]),
+        "value": [json.dumps({"key": k.decode(), "seq": int(v), "task": ctx.task_name,
+                              "processor": ctx.processor_id, "version": ctx.version,
+                              "shard": int(p), "sequenceNumber": s})
+                  for k, v, p, s in zip(rows["key"], rows["value"], rows["partition"],
+                                        rows["sequenceNumber"], strict=True)]})

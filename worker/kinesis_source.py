@@ -1,0 +1,242 @@
+"""A Kinesis source for Spark Structured Streaming (PySpark's Python data source API).
+
+Spark has no Kinesis source in Structured Streaming, so this is one, for the shards of one
+processor's query. Offsets are per shard, each the next offset to read: ``earliest`` (the
+trim horizon), ``ts:<millis>`` (what ``latest`` becomes at the query's start, so records
+arriving between two triggers are not skipped) or a decimal sequence number plus one. A
+trigger reads each shard from there with GetShardIterator (AFTER_SEQUENCE_NUMBER of the
+last record read, TRIM_HORIZON, AT_TIMESTAMP) and GetRecords, up to a per-shard limit,
+backing off when Kinesis throttles. Shard iterators are kept between triggers (Kinesis
+allows five GetShardIterator calls per shard and second).
+
+A shard read to its end (GetRecords answers no next iterator) yields one **end marker**:
+a row with ``endOfShard`` true and the shard's ending sequence number, so the batch's end
+for that shard is ``endingSequenceNumber + 1`` and the worker commits exactly that for
+every key bucket of the shard: how the coordinator learns the shard is finished
+(``checkpoint.shard_ends``). Markers are dropped before any user code sees a row.
+
+Reads happen in Spark's driver-side Python process (``SimpleDataSourceStreamReader``):
+the worker repartitions every batch by task before processing, so the source needs no
+partitioned reads of its own; ``readBetweenOffsets`` replays a batch exactly after a
+failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+
+from checkpoint.model import MAX_OFFSET_DIGITS
+from grouping.shards import shard_id, shard_partition
+
+log = logging.getLogger("coxswain.kinesis")
+
+NAME = "coxswain-kinesis"
+SCHEMA = ("key binary, value binary, topic string, partition int, shard string, "
+          "sequenceNumber string, offsetKey string, approximateArrivalTimestamp timestamp, "
+          "endOfShard boolean")
+EARLIEST = "earliest"
+Row = tuple[bytes | None, bytes | None, str, int, str, str, str, dt.datetime | None, bool]
+
+
+def offset_key(sequence: int) -> str:
+    """A sequence number as text that sorts as the number does (Spark SQL compares
+    these: sequence numbers outgrow every Spark integer type)."""
+    return str(sequence).zfill(MAX_OFFSET_DIGITS)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRead:
+    """What one shard gave in one read."""
+
+    rows: list[Row]
+    next_offset: str  # the shard's offset after these rows
+    ended: bool
+
+
+class ShardReader:
+    """Reads shards of one stream with a Kinesis client (boto3's)."""
+
+    def __init__(self, client: Any, stream: str, endings: Mapping[int, int | None],
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._client = client
+        self._stream = stream
+        self._endings = dict(endings)  # shard -> ending sequence number, when known
+        self._sleep = sleep
+        self._iterators: dict[int, tuple[str, str]] = {}  # shard -> (offset, iterator)
+
+    def read(self, partition: int, start: str, limit: int, until: int | None = None
+             ) -> ShardRead:
+        """Up to ``limit`` records of shard ``partition`` from offset ``start`` (all of
+        them below ``until``, when given: a replay)."""
+        ending = self._endings.get(partition)
+        if start.isdigit() and ending is not None and int(start) > ending:
+            return ShardRead([], start, True)  # finished before
+        iterator = self._iterator(partition, start)
+        rows: list[Row] = []
+        offset = start
+        while iterator is not None and len(rows) < limit:
+            out = self._call(functools.partial(self._client.get_records, ShardIterator=iterator,
+                                               Limit=min(10_000, limit - len(rows))))
+            for r in out["Records"]:
+                seq = int(r["SequenceNumber"])
+                if until is not None and seq >= until:
+                    return ShardRead(rows, offset, False)
+                rows.append((r["PartitionKey"].encode(), bytes(r["Data"]), self._stream,
+                             partition, shard_id(partition), r["SequenceNumber"],
+                             offset_key(seq), r.get("ApproximateArrivalTimestamp"), False))
+                offset = str(seq + 1)
+            iterator = out.get("NextShardIterator")
+            if iterator is not None:
+                self._iterators[partition] = (offset, iterator)
+            if not out["Records"] and (out.get("MillisBehindLatest", 0) == 0 or until is None):
+                break  # caught up (an open shard gives empty pages forever)
+        if iterator is not None:
+            return ShardRead(rows, offset, False)
+        self._iterators.pop(partition, None)
+        ending = self._ending(partition)
+        rows.append((None, None, self._stream, partition, shard_id(partition), str(ending),
+                     offset_key(ending), None, True))
+        return ShardRead(rows, str(ending + 1), True)
+
+    def _iterator(self, partition: int, start: str) -> str | None:
+        cached = self._iterators.get(partition)
+        if cached is not None and cached[0] == start:
+            return cached[1]
+        args: dict[str, Any] = {"StreamName": self._stream, "ShardId": shard_id(partition)}
+        if start == EARLIEST:
+            args["ShardIteratorType"] = "TRIM_HORIZON"
+        elif start.startswith("ts:"):
+            args.update(ShardIteratorType="AT_TIMESTAMP",
+                        Timestamp=dt.datetime.fromtimestamp(int(start[3:]) / 1000, dt.UTC))
+        else:  # the next offset to read: after the last record read
+            args.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+                        StartingSequenceNumber=str(int(start) - 1))
+        out = self._call(functools.partial(self._client.get_shard_iterator, **args))
+        found: str | None = out.get("ShardIterator")
+        return found
+
+    def _ending(self, partition: int) -> int:
+        """The ending sequence number of a shard that ended (from the job model's lineage,
+        or from ListShards when the shard closed after that model was made)."""
+        known = self._endings.get(partition)
+        if known is not None:
+            return known
+        token: str | None = None
+        while True:
+            page = self._call(
+                functools.partial(self._client.list_shards, NextToken=token) if token
+                else functools.partial(self._client.list_shards, StreamName=self._stream))
+            for s in page.get("Shards", []):
+                ending = s.get("SequenceNumberRange", {}).get("EndingSequenceNumber")
+                if ending is not None:
+                    self._endings[shard_partition(s["ShardId"])] = int(ending)
+            token = page.get("NextToken")
+            if partition in self._endings:
+                return int(self._endings[partition])  # type: ignore[arg-type]
+            if not token:
+                raise RuntimeError(f"shard {shard_id(partition)} of {self._stream} ended "
+                                   "but ListShards gives it no ending sequence number")
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """``fn`` again after a throttling answer, backing off up to 2 s."""
+        delay = 0.1
+        while True:
+            try:
+                return fn()
+            except Exception as e:  # botocore's ClientError, without importing botocore
+                code = getattr(e, "response", {}).get("Error", {}).get("Code")
+                if code not in ("ProvisionedThroughputExceededException",
+                                "LimitExceededException", "ThrottlingException"):
+                    raise
+                log.info("Kinesis throttled (%s): retrying in %.1fs", code, delay)
+                self._sleep(delay)
+                delay = min(2.0, delay * 2)
+
+
+def _client(options: Mapping[str, str]) -> Any:
+    import boto3  # noqa: PLC0415 (in the source's own Python process)
+
+    return boto3.client("kinesis", endpoint_url=options.get("endpoint") or None,
+                        region_name=options.get("region") or "us-east-1")
+
+
+class KinesisStreamReader(SimpleDataSourceStreamReader):
+    """Spark's side of :class:`ShardReader`."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._stream = options["stream"]
+        # shard -> {"start": offset, "ending": sequence number or null}
+        self._shards: dict[str, dict[str, Any]] = json.loads(options["shards"])
+        self._limit = int(options.get("maxRecordsPerShard", "10000"))
+        self._options = dict(options)
+        self._shard_reader: ShardReader | None = None
+
+    @property
+    def _reader(self) -> ShardReader:
+        # made where it is used: Spark pickles this reader, a boto3 client does not pickle
+        if self._shard_reader is None:
+            self._shard_reader = ShardReader(
+                _client(self._options), self._stream,
+                {int(p): None if s.get("ending") is None else int(s["ending"])
+                 for p, s in self._shards.items()})
+        return self._shard_reader
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_shard_reader"] = None
+        return state
+
+    def initialOffset(self) -> dict[str, str]:  # noqa: N802 (Spark's API)
+        now = f"ts:{int(time.time() * 1000)}"
+        return {p: now if s["start"] == "latest" else str(s["start"])
+                for p, s in self._shards.items()}
+
+    def read(self, start: dict[str, str]) -> tuple[Iterator[Row], dict[str, str]]:
+        rows: list[Row] = []
+        end = dict(start)
+        for p, offset in sorted(start.items()):
+            got = self._reader.read(int(p), offset, self._limit)
+            rows += got.rows
+            end[p] = got.next_offset
+        return iter(rows), end
+
+    def readBetweenOffsets(  # noqa: N802 (Spark's API)
+            self, start: dict[str, str], end: dict[str, str]) -> Iterator[Row]:
+        rows: list[Row] = []
+        for p, offset in sorted(start.items()):
+            stop = end.get(p, offset)
+            if stop == offset or not stop.isdigit():
+                continue
+            ending = self._shards.get(p, {}).get("ending")
+            got = self._reader.read(int(p), offset, 2**31, until=int(stop))
+            rows += got.rows
+            if ending is not None and int(stop) == int(ending) + 1 and not got.ended:
+                rows.append((None, None, self._stream, int(p), shard_id(int(p)), str(ending),
+                             offset_key(int(ending)), None, True))
+        return iter(rows)
+
+
+class KinesisDataSource(DataSource):
+    """``spark.readStream.format("coxswain-kinesis")`` with options ``stream``,
+    ``endpoint``, ``region``, ``shards`` (JSON: shard partition -> {"start", "ending"})
+    and ``maxRecordsPerShard`` (per trigger, 10000). Credentials: the usual AWS
+    variables."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def simpleStreamReader(self, schema: Any) -> KinesisStreamReader:  # noqa: N802
+        return KinesisStreamReader(self.options)
