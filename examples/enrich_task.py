@@ -4,6 +4,10 @@ past its partition count while each key keeps its order.
 
     coxswain worker --api task --app examples.enrich_task:process_task \\
         --output-topic orders-enriched --kafka-bootstrap 127.0.0.1:9092
+    # or from a Kinesis stream (coxswain dev up --kinesis)
+    coxswain worker --api task --app examples.enrich_task:process_task \\
+        --output-topic orders-enriched --kafka-bootstrap 127.0.0.1:9092 \\
+        --kinesis-endpoint http://127.0.0.1:4567
 """
 
 from __future__ import annotations
@@ -16,8 +20,12 @@ from worker.runtime import TaskContext
 
 
 def process_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
-    """One output record per input record, keyed like its input."""
+    """One output record per input record, keyed like its input (Kafka or Kinesis input:
+    Kinesis rows carry a ``sequenceNumber``, a decimal string, instead of an ``offset``)."""
+    kafka = "offset" in rows.columns
+    positions = rows["offset"] if kafka else rows["sequenceNumber"]
     values = [json.dumps({"order": (v or b"").decode(errors="replace"),
-                          "task": ctx.task_name, "offset": int(o)})
-              for v, o in zip(rows["value"], rows["offset"], strict=True)]
+                          "task": ctx.task_name,
+                          "offset" if kafka else "sequenceNumber": int(o) if kafka else o})
+              for v, o in zip(rows["value"], positions, strict=True)]
     return pd.DataFrame({"key": list(rows["key"]), "value": values})

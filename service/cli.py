@@ -218,6 +218,8 @@ def _scale(args: argparse.Namespace) -> None:
 
 def _dev_up(args: argparse.Namespace) -> None:
     from service.local.kafka import LocalKafka
+    from service.local.kinesis import CREDENTIALS as KINESIS_CREDENTIALS
+    from service.local.kinesis import LocalKinesis, create_stream
     from service.local.orders import create_topics
     from service.local.zookeeper import ZooKeeperEnsemble
 
@@ -229,20 +231,35 @@ def _dev_up(args: argparse.Namespace) -> None:
           "the first start downloads them)...", flush=True)
     zk = ZooKeeperEnsemble.start(1, client_port=args.zk_port)
     kafka: LocalKafka | None = None
+    kinesis: LocalKinesis | None = None
     try:
         kafka = LocalKafka.create(port=args.kafka_port)
         kafka.start()  # assigned first, so an interrupted start is stopped below
         created = create_topics(kafka.bootstrap, args.topics)
         topics = ", ".join(f"{name} ({n} partitions{'' if name in created else ', existed'})"
                            for name, n in args.topics)
+        kinesis_lines = ""
+        if args.kinesis:
+            kinesis = LocalKinesis.start(port=args.kinesis_port)
+            create_stream(kinesis.endpoint, "orders", args.kinesis_shards)
+            aws = " ".join(f"{k}={v}" for k, v in KINESIS_CREDENTIALS.items())
+            kinesis_lines = (
+                f"Kinesis:   {kinesis.endpoint} (kinesalite; stream orders, "
+                f"{args.kinesis_shards} shards)\n\nwith Kinesis instead of Kafka input:\n"
+                f"  {aws} coxswain serve --input kinesis.orders --kinesis-endpoint "
+                f"{kinesis.endpoint}\n"
+                f"  {aws} coxswain dev produce --kinesis-endpoint {kinesis.endpoint}\n"
+                f"  {aws} coxswain worker --kinesis-endpoint {kinesis.endpoint} "
+                f"--kafka-bootstrap {kafka.bootstrap} --api task --app "
+                "examples.enrich_task:process_task --output-topic orders-enriched\n")
         print(f"ZooKeeper: {zk.connect_string}\nKafka:     {kafka.bootstrap}\n"
-              f"topics:    {topics}\n\ntry, each in its own terminal:\n"
+              f"topics:    {topics}\n" + kinesis_lines + "\ntry, each in its own terminal:\n"
               f"  coxswain serve --zk {zk.connect_string} --kafka-bootstrap {kafka.bootstrap}"
               f" --input kafka.orders\n"
               f"  coxswain dev produce --kafka-bootstrap {kafka.bootstrap}\n"
               f"  coxswain worker --kafka-bootstrap {kafka.bootstrap} "
               "--app examples.word_count_batch:process_batch\n"
-              "(Ctrl-C stops both servers)", flush=True)
+              "(Ctrl-C stops the servers)", flush=True)
         try:
             while not stop.wait(1.0):
                 if not kafka.running:
@@ -252,23 +269,31 @@ def _dev_up(args: argparse.Namespace) -> None:
             pass
     finally:
         print("stopping...", flush=True)
+        if kinesis is not None:
+            kinesis.stop()
         if kafka is not None:
             kafka.destroy()
         zk.stop()
 
 
 def _dev_produce(args: argparse.Namespace) -> None:
-    from service.local.orders import produce_orders
+    from service.local.orders import produce_orders, produce_orders_to_kinesis
 
     if args.rate <= 0 or args.keys < 1 or (args.count is not None and args.count < 1):
         raise SystemExit("coxswain: --rate, --keys and --count must be positive")
     stop = threading.Event()  # Ctrl-C and SIGTERM end it after a flush: nothing half-sent
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"producing orders of {args.keys} customers into {args.topic} at {args.rate:g}/s "
+    where = (f"Kinesis stream {args.topic}" if args.kinesis_endpoint else args.topic)
+    print(f"producing orders of {args.keys} customers into {where} at {args.rate:g}/s "
           f"({'until Ctrl-C' if args.count is None else f'{args.count} in all'})", flush=True)
-    sent = produce_orders(args.kafka_bootstrap, args.topic, args.rate, args.keys,
-                          lambda: not stop.is_set(), count=args.count)
+    if args.kinesis_endpoint:
+        sent = produce_orders_to_kinesis(
+            args.kinesis_endpoint, args.kinesis_region or os.environ.get("AWS_REGION"),
+            args.topic, args.rate, args.keys, lambda: not stop.is_set(), count=args.count)
+    else:
+        sent = produce_orders(args.kafka_bootstrap, args.topic, args.rate, args.keys,
+                              lambda: not stop.is_set(), count=args.count)
     print(f"produced {sent} orders", flush=True)
 
 
@@ -499,13 +524,22 @@ def parser() -> argparse.ArgumentParser:
                     metavar="NAME[:PARTITIONS]",
                     help="a topic to create, repeatable (default: "
                          + ", ".join(f"{n}:{c}" for n, c in EXAMPLE_TOPICS) + ")")
+    up.add_argument("--kinesis", action="store_true",
+                    help="also a local Kinesis API (kinesalite, npm) with a stream 'orders'")
+    up.add_argument("--kinesis-port", type=int, default=4567, help="Kinesis API port")
+    up.add_argument("--kinesis-shards", type=int, default=4, help="shards of 'orders'")
     up.set_defaults(func=_dev_up)
     produce = dev_sub.add_parser(
         "produce", formatter_class=defaults, help="produce keyed example orders",
         description="Produce orders keyed by customer (JSON values with a per-customer "
                     "sequence number) until Ctrl-C or --count.")
     produce.add_argument("--kafka-bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap")
-    produce.add_argument("--topic", default="orders", help="topic to produce into")
+    produce.add_argument("--topic", default="orders", help="topic (or Kinesis stream) to "
+                                                            "produce into")
+    produce.add_argument("--kinesis-endpoint", help="produce into a Kinesis stream at this "
+                                                    "endpoint instead of Kafka")
+    produce.add_argument("--kinesis-region", help="AWS region (default: $AWS_REGION, else "
+                                                  "us-east-1)")
     produce.add_argument("--rate", type=float, default=50.0, help="orders per second")
     produce.add_argument("--keys", type=int, default=100, help="distinct customers")
     produce.add_argument("--count", type=int, help="stop after this many (default: never)")

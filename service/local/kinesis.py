@@ -9,6 +9,7 @@ ends it, which is exactly the behaviour resharding must be tested against.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -70,13 +71,14 @@ class LocalKinesis:
         return f"http://127.0.0.1:{self.port}"
 
     @staticmethod
-    def start(timeout_s: float = 30.0) -> LocalKinesis:
-        """Start a server and wait until it accepts connections."""
+    def start(port: int | None = None, timeout_s: float = 30.0) -> LocalKinesis:
+        """Start a server (on ``port``, default a free one) and wait until it accepts
+        connections."""
         root = install()
         script = root / "server.js"
         if not script.exists() or script.read_text() != _SERVER_JS:
             script.write_text(_SERVER_JS)
-        port = free_port()
+        port = port or free_port()
         log = root / f"kinesalite-{port}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(["node", str(script), str(port)], cwd=root, stdout=out,
@@ -97,3 +99,21 @@ class LocalKinesis:
     def stop(self) -> None:
         """Stop the server by pid."""
         stop_process(self.proc)
+
+
+def create_stream(endpoint: str, stream: str, shards: int, timeout_s: float = 30.0) -> None:
+    """Create ``stream`` with ``shards`` shards (if missing) and wait until it is ACTIVE."""
+    import boto3  # noqa: PLC0415 (the kinesis extra; only local tooling needs it here)
+
+    client = boto3.client("kinesis", endpoint_url=endpoint,
+                          region_name=CREDENTIALS["AWS_REGION"],
+                          aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    with contextlib.suppress(client.exceptions.ResourceInUseException):  # exists
+        client.create_stream(StreamName=stream, ShardCount=shards)
+    deadline = time.monotonic() + timeout_s
+    while client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+            "StreamStatus"] != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kinesis stream {stream} not ACTIVE within {timeout_s}s")
+        time.sleep(0.05)

@@ -77,6 +77,42 @@ def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
 
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
                          "linger.ms": 20, "log_level": 2})
+
+    def send(orders: list[tuple[str, bytes]]) -> None:
+        for key, value in orders:
+            producer.produce(topic, key=key.encode(), value=value, on_delivery=on_delivery)
+        producer.poll(0)
+
+    sent = _produce(send, rate, keys, keep_going, count, seed)
+    producer.flush(30)
+    return sent
+
+
+def produce_orders_to_kinesis(endpoint: str | None, region: str | None, stream: str,
+                              rate: float, keys: int, keep_going: Callable[[], bool],
+                              count: int | None = None, seed: int = 7) -> int:
+    """The same orders into a Kinesis stream (PutRecords; the partition key is the
+    customer, so Kinesis routes each customer's orders to one shard at a time)."""
+    import boto3
+
+    client = boto3.client("kinesis", endpoint_url=endpoint, region_name=region or "us-east-1")
+
+    def send(orders: list[tuple[str, bytes]]) -> None:
+        for start in range(0, len(orders), 500):  # PutRecords takes at most 500
+            chunk = orders[start:start + 500]
+            out = client.put_records(StreamName=stream, Records=[
+                {"PartitionKey": key, "Data": value} for key, value in chunk])
+            if out.get("FailedRecordCount"):
+                raise RuntimeError(f"Kinesis refused {out['FailedRecordCount']} records: "
+                                   "rerun slower (--rate) or with more shards")
+
+    return _produce(send, rate, keys, keep_going, count, seed)
+
+
+def _produce(send: Callable[[list[tuple[str, bytes]]], None], rate: float, keys: int,
+             keep_going: Callable[[], bool], count: int | None, seed: int) -> int:
+    """Orders (customer key, JSON value with a per-customer sequence number) in bursts
+    every 50 ms, at ``rate`` per second; how many were sent."""
     rng = random.Random(seed)
     seq: dict[str, int] = {}
     tick = 0.05
@@ -86,19 +122,17 @@ def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
         burst = max(1, round(rate * tick))
         if count is not None:
             burst = min(burst, count - sent)
+        orders = []
         for _ in range(burst):
             key = f"customer-{rng.randrange(keys)}"
             n = seq.get(key, 0)
             seq[key] = n + 1
-            producer.produce(topic, key=key.encode(),
-                             value=json.dumps({"seq": n, "id": uuid.uuid4().hex,
-                                               "amountCents": amount_cents(key, n)}).encode(),
-                             on_delivery=on_delivery)
-            sent += 1
-        producer.poll(0)
+            orders.append((key, json.dumps({"seq": n, "id": uuid.uuid4().hex,
+                                            "amountCents": amount_cents(key, n)}).encode()))
+        send(orders)
+        sent += len(orders)
         next_at += tick
         time.sleep(max(0.0, next_at - time.monotonic()))
-    producer.flush(30)
     return sent
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -120,11 +121,11 @@ def test_barrier_state_machine() -> None:
     assert Barrier.from_bytes(done.to_bytes()) == done
 
 
-def _dev_up(zk_port: int, kafka_port: int) -> subprocess.Popen[str]:
+def _dev_up(zk_port: int, kafka_port: int, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "dev", "up", "--zk-port", str(zk_port),
-         "--kafka-port", str(kafka_port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+         "--kafka-port", str(kafka_port), *extra], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
 
 
 def _assert_closed(*ports: int) -> None:
@@ -213,3 +214,48 @@ def test_kinesis_inputs_are_listed_shards_not_counts() -> None:
     assert s.monitored_streams() == []
     with pytest.raises(ValueError, match="its shards"):
         Settings(input=["kinesis.orders:4"])
+
+
+def test_dev_up_kinesis_serves_a_stream_its_producer_fills(tmp_path: Path) -> None:
+    """``dev up --kinesis``: kinesalite with a stream ``orders``; the ``dev produce``
+    command it prints writes into it, and the coordinator it suggests lists its shards;
+    everything stops on SIGTERM."""
+    zk_port, kafka_port, kinesis_port = free_port(), free_port(), free_port()
+    proc = _dev_up(zk_port, kafka_port, "--kinesis", "--kinesis-port", str(kinesis_port),
+                   "--kinesis-shards", "3")
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("(Ctrl-C"):
+                break
+        banner = "".join(lines)
+        endpoint = f"http://127.0.0.1:{kinesis_port}"
+        assert f"Kinesis:   {endpoint}" in banner and "3 shards" in banner, banner
+        suggested = [line.split() for line in banner.splitlines() if "--kinesis-endpoint"
+                     in line and line.startswith("  AWS_")]
+        env = dict(kv.split("=", 1) for kv in suggested[0] if "=" in kv and kv[:4] == "AWS_")
+        produce = next(a for a in suggested if a[4:6] == ["dev", "produce"])
+        out = subprocess.run([sys.executable, "-m", "service.cli", *produce[4:], "--count",
+                              "30", "--rate", "300"], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, **env}, check=False)
+        assert "produced 30 orders" in out.stdout, out.stdout + out.stderr
+        serve = next(a for a in suggested if a[4] == "serve")
+        server = Server(tmp_path, [*serve[5:], "--debounce-ms", "50"], env).start()
+        try:
+            with server.client() as c:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    inputs = c.get("/status").json()["monitoredInputs"]
+                    if inputs and inputs[0]["state"] == "ok":
+                        break
+                    time.sleep(0.2)
+                assert inputs[0]["observedPartitions"] == 3, inputs
+        finally:
+            server.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(90)
+    assert proc.returncode == 0
+    _assert_closed(zk_port, kafka_port, kinesis_port)

@@ -50,6 +50,9 @@ def test_enrich_task_keeps_keys_and_order() -> None:
     assert list(out["key"]) == [b"k1", b"k2"]
     assert [json.loads(v)["offset"] for v in out["value"]] == [5, 6]
     assert json.loads(out["value"][0])["task"] == "Partition 0_1_2"
+    kinesis = pd.DataFrame({"key": [b"k1"], "value": [b"x"], "sequenceNumber": ["4" * 56]})
+    out = process_task(TaskContext("w1", 1, "Partition 0"), kinesis)
+    assert json.loads(out["value"][0])["sequenceNumber"] == "4" * 56
 
 
 def test_running_total_keeps_per_customer_state_across_batches(
