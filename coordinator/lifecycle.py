@@ -597,18 +597,21 @@ class Coordinator:
             await self.rebalance("inputs_changed")
 
     async def update_shards(self, system: str, stream: str, shards: Mapping[int, Shard]
-                            ) -> None:
+                            ) -> list[SystemStreamPartition]:
         """A Kinesis stream's shard listing: its partitions become exactly the listed
         shards (children added, expired parents gone) and the lineage goes into the job
-        model's config; any change generates a new version."""
+        model's config; any change generates a new version. Returns the partitions that
+        left (their checkpoints are for the caller to forget)."""
         key = (system, stream)
         listed = {SystemStreamPartition(system, stream, p) for p in shards}
+        mine = {s for s in self._inputs if (s.system, s.stream) == key}
         inputs = tuple(sorted({s for s in self._inputs if (s.system, s.stream) != key}
                               | listed))
         lineage = {**self._lineage, key: dict(shards)}
         if inputs != self._inputs or lineage != self._lineage:
             self._inputs, self._lineage = inputs, lineage
             await self.rebalance("inputs_changed")
+        return sorted(mine - listed)
 
     def _needs_regeneration(self, model: JobModel | None) -> bool:
         """True when the configured job differs from ``model`` (e.g. after a restart with

@@ -82,7 +82,7 @@ class ShardMonitor:
         system_streams: Iterable[tuple[str, str]],
         source: ShardSource,
         interval_s: float,
-        apply: Callable[[str, str, Mapping[int, Shard]], Awaitable[None]],
+        apply: Callable[[str, str, Mapping[int, Shard]], Awaitable[object]],
         is_leader: Callable[[], bool],
     ) -> None:
         self._streams = sorted(set(system_streams))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,6 +31,7 @@ from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
 from coordinator.store_lock import StoreLock, sqlite_database
 from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
+from grouping.shards import Shard
 from service.autosizer import Autosizer, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
@@ -121,15 +122,26 @@ def partition_monitor(settings: Settings, coordinator: Coordinator) -> Partition
         coordinator.update_inputs, coordinator.leader.is_leader)
 
 
-def shard_monitor(settings: Settings, coordinator: Coordinator) -> ShardMonitor | None:
-    """The Kinesis shard monitor, when there are kinesis.STREAM inputs."""
+def shard_monitor(settings: Settings, coordinator: Coordinator,
+                  checkpoints: SqlCheckpointStore) -> ShardMonitor | None:
+    """The Kinesis shard monitor, when there are kinesis.STREAM inputs. Shards that left
+    the listing (closed, then trimmed after retention) have their checkpoints forgotten
+    once the job model no longer has them: nothing is left to read in them, and no child
+    waits for a parent the lineage no longer lists."""
     streams = settings.shard_streams()
     if not streams:
         return None
+
+    async def apply(system: str, stream: str, shards: Mapping[int, Shard]) -> None:
+        gone = await coordinator.update_shards(system, stream, shards)
+        if gone:
+            removed = await asyncio.to_thread(checkpoints.forget, gone)
+            log.info("shards gone from %s.%s (%s): %d checkpoint entries forgotten", system,
+                     stream, ", ".join(str(p.partition) for p in gone), removed)
+
     return ShardMonitor(
         streams, KinesisShardSource(settings.kinesis_endpoint, settings.kinesis_region),
-        settings.partition_poll_interval_ms / 1000, coordinator.update_shards,
-        coordinator.leader.is_leader)
+        settings.partition_poll_interval_ms / 1000, apply, coordinator.leader.is_leader)
 
 
 @asynccontextmanager
@@ -228,7 +240,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
             app.state.partition_monitor = monitor
             if monitor is not None:
                 monitor.start()
-            shards = shard_monitor(settings, coordinator)
+            shards = shard_monitor(settings, coordinator, app.state.checkpoints)
             app.state.shard_monitor = shards
             if shards is not None:
                 shards.start()

@@ -313,6 +313,22 @@ class SqlCheckpointStore:
                     bucket=0, offset=offset, checkpoint_id=None, job_model_version=0,
                     processor_id="admin-reset", updated_at=now))
 
+    def forget(self, partitions: Iterable[SystemStreamPartition]) -> int:
+        """Delete everything kept per key space of ``partitions`` (entries, which tasks
+        held their state, resets), in one transaction: partitions that are gone for good,
+        such as Kinesis shards trimmed after retention. Returns how many entries."""
+        wanted = sorted({p.whole() for p in partitions})
+        removed = 0
+        with self._begin() as conn:
+            for table in (checkpoint_entries, task_key_spaces, partition_resets):
+                for chunk in _chunks(wanted, 500):
+                    result = conn.execute(delete(table).where(
+                        tuple_(table.c.system, table.c.stream, table.c.partition).in_(
+                            [(p.system, p.stream, p.partition) for p in chunk])))
+                    if table is checkpoint_entries:
+                        removed += result.rowcount
+        return removed
+
     def collect_garbage(self, partitions: Iterable[SystemStreamPartition]) -> int:
         """Delete dominated entries of the given partitions; returns how many."""
         entries = self.read_entries(partitions)

@@ -103,3 +103,18 @@ def test_offsets_of_kinesis_length_are_exact_and_ordered_as_numbers(
     assert commit(store, {key: large - 1}) == 0  # one less, same length: not an advance
     assert commit(store, {key: small}) == 0
     assert store.read_entries([P0]) == {key: large}
+
+
+def test_forget_deletes_only_the_given_partitions_key_spaces(store: SqlCheckpointStore) -> None:
+    """Shards trimmed after retention: their entries, state holders and resets go; the
+    others' stay."""
+    from checkpoint.model import TaskCheckpointMeta
+
+    store.commit({BucketKey(P0, 2, 0): 10, BucketKey(P0, 2, 1): 12, BucketKey(P1, 2, 0): 7},
+                 {"Partition 0_0_2": TaskCheckpointMeta("1-1", {"b": {"s": "m"}}),
+                  "Partition 1_0_2": TaskCheckpointMeta("1-2", {"b": {"s": "n"}})},
+                 job_model_version=1, processor_id="w1")
+    assert store.forget([P0]) == 2
+    assert store.read_entries([P0, P1]) == {BucketKey(P1, 2, 0): 7}
+    assert set(store.read_state_holders([P0, P1])) == {"Partition 1_0_2"}
+    assert store.forget([P0]) == 0  # nothing left: a no-op
