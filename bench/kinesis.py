@@ -135,7 +135,7 @@ def split_to_first_child(kinesis: LocalKinesis, kafka: LocalKafka, rate: float,
             time.sleep(1 / rate)
 
     env = {**os.environ, **CREDENTIALS}
-    server = Server(root, ["--input", f"kinesis.{stream}", "--kinesis-endpoint",
+    server = Server(root / stream, ["--input", f"kinesis.{stream}", "--kinesis-endpoint",
                            kinesis.endpoint, "--partition-poll-interval-ms", str(poll_ms),
                            "--elasticity-factor", "2", "--debounce-ms", "100"],
                     dict(CREDENTIALS)).start()

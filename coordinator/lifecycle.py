@@ -67,6 +67,7 @@ class CoordinatorConfig:
     # streams whose partition count is discovered (Kafka): their partitions come from the
     # latest job model until the partition monitor reports
     monitored_streams: tuple[tuple[str, str], ...] = ()
+    shard_streams: tuple[tuple[str, str], ...] = ()  # Kinesis inputs: shards listed
     grouper: str = "GroupByPartition"
     elasticity_factor: int = 1
     max_elasticity_factor: int = DEFAULT_MAX_ELASTICITY_FACTOR
@@ -79,6 +80,9 @@ class CoordinatorConfig:
     # a probing rebalance also runs as soon as heartbeats show a warm-up caught up, at most
     # once per this interval (KAFKA-10199: scale-out should not wait for the timer)
     probing_min_interval_s: float = 5.0
+    # a processor whose long poll's connection closes and that shows no life (a poll here,
+    # a heartbeat anywhere) within this leaves at once, not at its lease's expiry (0: off)
+    poll_close_grace_s: float = 1.5
     assignment: AssignmentParams = field(default_factory=AssignmentParams)
     keep_job_models: int = 10
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
@@ -166,6 +170,7 @@ class Coordinator:
         self._probing_wanted = False
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)  # newest last
         self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
+        self._polls: dict[str, float] = {}  # processor -> its last job model request
         # shard lineage of Kinesis inputs (grouping.shards), into every job model's config
         self._lineage: dict[tuple[str, str], dict[int, Shard]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -326,7 +331,9 @@ class Coordinator:
         that generated it may have seen partitions added that this replica has not); the
         shards of Kinesis streams and their lineage exactly as it has them."""
         if model is not None and SHARDS in model.config:
-            self._lineage = lineage_of_config(model.config)
+            # the streams this coordinator reads (a restart may have changed --input)
+            self._lineage = {k: v for k, v in lineage_of_config(model.config).items()
+                             if k in self.config.shard_streams}
             listed = {SystemStreamPartition(system, stream, p)
                       for (system, stream), shards in self._lineage.items() for p in shards}
             self._inputs = tuple(sorted(
@@ -484,6 +491,46 @@ class Coordinator:
             return frozenset()
         return model.memo("task-names", lambda m: frozenset(
             t.name for c in m.containers.values() for t in c.active_tasks))
+
+    def poll_seen(self, processor_id: str) -> None:
+        """A job model request of ``processor_id`` arrived: a sign of life between its
+        heartbeats (what a closed long poll is weighed against)."""
+        self._polls[processor_id] = self._clock.now()
+
+    def poll_closed(self, processor_id: str) -> None:
+        """The connection of a long poll of ``processor_id`` (its current incarnation:
+        the caller checked the lease token) closed before its answer. A worker killed with
+        kill -9, or whose host died, closes its connections at once, long before its lease
+        runs out; one that lost a connection retries at once (and heartbeats, so a switch
+        to another replica shows too). So unless it shows life within the grace, it leaves
+        now. Only the leader acts (followers' polls fall back to the lease)."""
+        grace = self.config.poll_close_grace_s
+        if grace <= 0 or not self._leader.is_leader() \
+                or processor_id not in self.membership.live():
+            return
+        closed_at = self._clock.now()
+        self._schedule(f"poll-closed:{processor_id}", grace,
+                       lambda: self._poll_close_check(processor_id, closed_at))
+
+    async def _poll_close_check(self, processor_id: str, closed_at: float) -> None:
+        if self._polls.get(processor_id, float("-inf")) > closed_at \
+                or not self._leader.is_leader():
+            return
+        async with self._lock:
+            lease = await self._io(lambda: self.membership.reload(processor_id))
+            if lease is None:
+                return  # gone already (left, expired)
+            renewed_at = lease.expires_at - self.membership.lease_ttl_s
+            if renewed_at > closed_at or self._polls.get(processor_id, 0.0) > closed_at:
+                return  # it heartbeat (through any replica) or polled again: alive
+            await self._io(lambda: self.membership.remove([processor_id]))
+            self._membership_news()
+        self._polls.pop(processor_id, None)
+        self._observer.processors_changed(len(self.membership.live()))
+        log.info("processor %s: long poll closed and no sign of life for %.1fs: left",
+                 processor_id, self._clock.now() - closed_at,
+                 extra={"reason": "poll_closed"})
+        self._trigger("poll_closed")
 
     async def leave(self, processor_id: str) -> bool:
         """A processor leaves now; a rebalance follows."""

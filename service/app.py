@@ -65,6 +65,7 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
     return CoordinatorConfig(
         inputs=tuple(settings.inputs()),
         monitored_streams=tuple(settings.monitored_streams()),
+        shard_streams=tuple(settings.shard_streams()),
         grouper=settings.grouper,
         elasticity_factor=settings.elasticity_factor,
         max_elasticity_factor=settings.max_elasticity_factor,
@@ -75,6 +76,7 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
         barrier_timeout_s=settings.barrier_timeout_ms / 1000,
         probing_interval_s=settings.probing_interval_ms / 1000,
         probing_min_interval_s=settings.probing_min_interval_ms / 1000,
+        poll_close_grace_s=settings.poll_close_grace_ms / 1000,
         assignment=AssignmentParams(
             balance_factor=settings.balance_factor,
             acceptable_recovery_lag=settings.acceptable_recovery_lag,

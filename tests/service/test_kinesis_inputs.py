@@ -152,3 +152,31 @@ def test_a_missing_stream_is_reported_and_picked_up_once_created(
         wait_active(client, stream)
         model = model_with(c, {0, 1, 2}, [worker])
         assert sorted(model["config"]["shards"][f"kinesis.{stream}"]) == ["0", "1", "2"]
+
+
+def test_a_restart_with_another_stream_forgets_the_old_streams_shards(
+        start_server: StartServer, kinesis: LocalKinesis, tmp_path: Any) -> None:
+    client = kinesis_client(kinesis)
+    old, new = (f"s-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for name, shards in ((old, 2), (new, 3)):
+        client.create_stream(StreamName=name, ShardCount=shards)
+        wait_active(client, name)
+    args = ("--kinesis-endpoint", kinesis.endpoint, "--partition-poll-interval-ms", "200",
+            "--debounce-ms", "50")
+    first = start_server("--input", f"kinesis.{old}", *args, data_dir=tmp_path / "c",
+                         env=CREDENTIALS)
+    with first.client() as c:
+        w = SimWorker(c, "w0", "host-0")
+        assert w.register().status_code == 201
+        model_with(c, {0, 1}, [w])
+    first.stop()
+    second = start_server("--input", f"kinesis.{new}", *args, data_dir=tmp_path / "c",
+                          env=CREDENTIALS)
+    with second.client() as c:
+        w = SimWorker(c, "w0", "host-0")
+        assert w.register().status_code in (200, 201)
+        model = model_with(c, {0, 1, 2}, [w])
+        assert list(model["config"]["shards"]) == [f"kinesis.{new}"]
+        streams = {s["stream"] for t in model["containers"]["w0"]["tasks"].values()
+                   for s in t["systemStreamPartitions"]}
+        assert streams == {new}
