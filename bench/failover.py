@@ -9,6 +9,8 @@
   last heartbeat until the model without it has its barrier done (its tasks active
   elsewhere).
 
+* worker failover, poll closed: the same, but the victim has a long poll open at the
+  leader when it dies (as a real worker does) and its connection closes then;
 * follower notification: long polls parked on a follower replica; the leader publishes
   (``POST /scale`` to the leader); delay from the leader's publication time
   (``lastRebalance.at``) to each waiter's answer (p50/p99 over 10 publications x 16 waiters).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import statistics
 import tempfile
 import time
@@ -87,6 +90,38 @@ def worker_failover(root: Path, zk: str, runs: int) -> list[float]:
     return times
 
 
+def worker_failover_poll_closed(root: Path, zk: str, runs: int) -> list[float]:
+    """As ``worker_failover``, but the victim, like a real worker, has a long poll open at
+    the leader (with its lease token) when it dies, and its connection closes then: the
+    time from that moment until the model without it has its barrier done."""
+    times = []
+    with replicas(root, zk, 3, *INPUT) as servers:
+        leader = servers[index_of(wait_leader(servers))]
+        for run in range(runs):
+            fleet = Fleet(servers, WORKERS)
+            fleet.ids = [f"p{run}-w{i}" for i in range(WORKERS)]
+            fleet.register_all()
+            with fleet.heartbeating(2.0):
+                version = fleet.settle()["version"]
+                victim = fleet.ids[-1]
+                token = fleet.lease(victim)["Coxswain-Lease-Token"]
+                sock = socket.create_connection(("127.0.0.1", leader.port), timeout=5)
+                sock.sendall((f"GET /jobmodel?processorId={victim}&since={version}"
+                              f"&waitMs=60000 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              f"Coxswain-Lease-Token: {token}\r\n\r\n").encode())
+                time.sleep(0.5)  # parked at the leader
+                fleet.ids.remove(victim)  # it heartbeats no more ...
+                sock.close()  # ... and its connections close: kill -9
+                killed = time.monotonic()
+                fleet.settle(timeout_s=120)
+                times.append(time.monotonic() - killed)
+                print(f"  worker failover (poll closed) run {run + 1}: {times[-1]:.2f} s",
+                      flush=True)
+            for pid in fleet.ids:
+                fleet.call("DELETE", f"/processors/{pid}", headers=fleet.lease(pid))
+    return times
+
+
 async def _notify_rounds(leader_url: str, follower_port: int, rounds: int) -> list[float]:
     delays: list[float] = []
     async with httpx.AsyncClient(base_url=leader_url, timeout=60) as lc:
@@ -123,12 +158,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             leader = leader_failover(Path(tmp) / "leader", zk.connect_string, args.runs)
             worker = worker_failover(Path(tmp) / "worker", zk.connect_string, args.runs)
+            closed = worker_failover_poll_closed(Path(tmp) / "closed", zk.connect_string,
+                                                 args.runs)
             wake = follower_notification(Path(tmp) / "notify", zk.connect_string, 10)
     finally:
         zk.stop()
     print("| failover | median s | min s | max s | target s |")
     print("|----------|----------|-------|-------|----------|")
-    for name, times, target in (("leader", leader, 12.0), ("worker", worker, 12.0)):
+    for name, times, target in (("leader", leader, 12.0), ("worker, lease only", worker, 12.0),
+                                ("worker, poll closed", closed, 3.0)):
         print(f"| {name:8} | {statistics.median(times):8.2f} | {min(times):5.2f} | "
               f"{max(times):5.2f} | {target:8.1f} |")
     p99 = wake[max(0, int(len(wake) * 0.99) - 1)]

@@ -218,6 +218,23 @@ class Membership:
         stored[0].check_token(token)
         return stored[0]
 
+    def holds(self, processor_id: str, token: str) -> bool:
+        """True if this replica's cache has ``processor_id`` with lease token ``token``
+        (no store read: callers are on the event loop)."""
+        lease = self._leases.get(processor_id)
+        return lease is not None and bool(lease.token_hash) and hmac.compare_digest(
+            _hash(token), lease.token_hash)
+
+    def reload(self, processor_id: str) -> ProcessorLease | None:
+        """The lease of ``processor_id`` as the store has it now (heartbeats through other
+        replicas included), also refreshed in this replica's cache; None if gone."""
+        stored = self._read(processor_id)
+        if stored is None:
+            self._leases.pop(processor_id, None)
+            return None
+        self._leases[processor_id] = stored[0]
+        return stored[0]
+
     def leave(self, processor_id: str) -> bool:
         """Remove a processor now; True if it was registered."""
         existed = self._store.delete(NAMESPACE, processor_id)

@@ -50,6 +50,10 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                                                         "caught-up warm-ups, at most once "
                                                         "per this (5000); at or above "
                                                         "--probing-interval-ms: timer only"}),
+    ("--poll-close-grace-ms", {"type": int, "help": "a processor whose long poll's "
+                                                    "connection closes and that shows no "
+                                                    "life within this leaves at once "
+                                                    "(1500; 0: wait for the lease TTL)"}),
     ("--acceptable-recovery-lag", {"type": int, "help": "KIP-441 caught-up lag (10000)"}),
     ("--autosize-sample-interval-ms", {"type": int, "help": "how often the autosizer "
                                                             "samples the workers' stats "

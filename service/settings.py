@@ -93,6 +93,10 @@ class Settings(BaseSettings):
         5_000, ge=0, description="a probing rebalance as soon as a warm-up caught up, at most "
                                  "once per this interval; at or above probing_interval_ms "
                                  "the timer alone probes")
+    poll_close_grace_ms: int = Field(
+        1500, ge=0, description="a processor whose long poll's connection closes and that "
+        "neither polls again nor heartbeats within this leaves at once, not at its lease's "
+        "expiry (0: only the lease TTL)")
     autosize_sample_interval_ms: int = Field(
         5_000, ge=100, description="how often the autosizer samples the workers' stats")
     autosize_window_ms: int = Field(

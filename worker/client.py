@@ -71,6 +71,10 @@ class CoordinatorClient:
         self._base, self._cap = base_delay_s, max_delay_s
         self._sleep, self._clock = sleep, clock
         self._lease_token: str | None = None  # of the last registration
+        #: called when a request succeeds after transport errors (a reconnection, maybe
+        #: to another replica): the worker heartbeats at once, so the coordinator sees it
+        #: alive although the connection of its long poll closed
+        self.reconnected: Callable[[], None] | None = None
 
     def _lease(self) -> dict[str, str]:
         return {"Coxswain-Lease-Token": self._lease_token} if self._lease_token else {}
@@ -91,6 +95,8 @@ class CoordinatorClient:
                 reason = f"{type(e).__name__}"
             else:
                 if r.status_code < 500:
+                    if attempt and self.reconnected is not None:
+                        self.reconnected()
                     return r
                 reason = f"HTTP {r.status_code}"
             if len(self.urls) > 1 and self._current == index:
@@ -159,7 +165,9 @@ class CoordinatorClient:
             params["waitMs"] = wait_ms
         if barrier is not None:
             params["barrier"] = barrier
-        r = self._call("GET", "/jobmodel", params=params,
+        # the lease token marks the long poll as this incarnation's: the coordinator takes
+        # its connection closing (a killed worker's) as a sign of death
+        r = self._call("GET", "/jobmodel", params=params, headers=self._lease(),
                        timeout=httpx.Timeout(self._timeout_s + wait_ms / 1000, connect=5.0))
         if r.status_code in (304, 404) and (r.status_code == 304 or since is None):
             return None

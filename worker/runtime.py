@@ -229,6 +229,8 @@ class Worker:
         self._lags: dict[str, int] = {}  # state lag per task, for the heartbeats
         self._busy = BusyMeter()  # share of recent time in batches, for the autosizer
         self._waiting: tuple[str, ...] = ()  # tasks waiting for parent shards to finish
+        self._beat_now = threading.Event()  # heartbeat now, not at the next interval
+        self._client.reconnected = self._beat_now.set
         self._restart = False  # some of them may start: restart the query, same version
 
     # -- lifecycle
@@ -256,6 +258,7 @@ class Worker:
                 self._follow()
             finally:
                 self._lease_lost.set()  # ends the heartbeat thread
+                self._beat_now.set()
                 beat.join(10)
                 if keeper is not None:
                     keeper.join(30)
@@ -266,7 +269,12 @@ class Worker:
         self._client.close()
 
     def _heartbeat(self, interval_s: float) -> None:
-        while not self._lease_lost.wait(interval_s):
+        while True:
+            # every interval, or at once after a reconnection (CoordinatorClient.reconnected)
+            self._beat_now.wait(interval_s)
+            self._beat_now.clear()
+            if self._lease_lost.is_set():
+                return
             try:
                 lags = dict(self._lags) if self._states else None
                 stats = dict(self._stats)
@@ -276,9 +284,11 @@ class Worker:
             except LeaseLost:
                 log.error("lease lost: stopping processing and registering again")
                 self._lease_lost.set()
+                return
             except Fenced as e:  # registered again (elsewhere?) since: this lease is over
                 log.error("lease fenced (%s): stopping processing and registering again", e)
                 self._lease_lost.set()
+                return
             except Exception as e:
                 log.warning("heartbeat failed: %s", e)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from coordinator.barrier import BarrierState
 from coordinator.lifecycle import Coordinator
@@ -35,6 +37,7 @@ def _etag_version(value: str | None) -> int | None:
 @router.get("/jobmodel", dependencies=[Depends(require_worker)],
             responses={304: {"description": "nothing newer"}, 404: {"model": ErrorBody}})
 async def get_job_model(
+    request: Request,
     coordinator: Coord,
     settings: Annotated[Settings, Depends(deps.settings)],
     processor_id: Annotated[str | None, Query(alias="processorId", max_length=255)] = None,
@@ -44,11 +47,23 @@ async def get_job_model(
         description="with since: also answer when version `since`'s barrier leaves this "
                     "state (e.g. pending -> done)")] = None,
     if_none_match: Annotated[str | None, Header()] = None,
+    token: Annotated[str | None, Header(alias=LEASE_TOKEN_HEADER, max_length=128)] = None,
 ) -> Response:
     """The latest job model (ETag = version). ``since`` + ``waitMs`` long-polls."""
     known = since if since is not None else _etag_version(if_none_match)
+    if processor_id is not None:
+        coordinator.poll_seen(processor_id)
     if wait_ms:
-        await coordinator.wait_for_change(known, barrier, min(wait_ms, settings.max_wait_ms) / 1000)
+        waiting = coordinator.wait_for_change(known, barrier,
+                                              min(wait_ms, settings.max_wait_ms) / 1000)
+        if processor_id is None or token is None or not _holds_lease(
+                coordinator, processor_id, token):
+            await waiting
+        elif await _closed_before(request, waiting):
+            # the processor's own long poll (its lease token) lost its connection: a
+            # dead worker's does at once (coordinator.poll_closed weighs it)
+            coordinator.poll_closed(processor_id)
+            return Response(status_code=499)  # nobody reads it
     latest = coordinator.latest
     if latest is None:
         if known is not None:
@@ -69,6 +84,29 @@ async def get_job_model(
             + "}")
     return Response(body, media_type="application/json",
                     headers={"ETag": f'"{latest.version}"'})
+
+
+def _holds_lease(coordinator: Coordinator, processor_id: str, token: str) -> bool:
+    """True if ``token`` is the lease token of ``processor_id``'s current incarnation (a
+    closed poll of anyone else must not cost it its tasks)."""
+    return coordinator.membership.holds(processor_id, token)
+
+
+async def _closed_before(request: Request, waiting: Awaitable[object]) -> bool:
+    """Await ``waiting``; True if the client's connection closed first (then ``waiting``
+    is cancelled)."""
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    wait = asyncio.ensure_future(waiting)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({wait, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (wait, watch):
+            task.cancel()
+    return watch in done and wait not in done
 
 
 def prerender(model: JobModel) -> _Rendered:
