@@ -202,6 +202,9 @@ def plan_query(model: Mapping[str, Any], processor_id: str,
         (name.partition(".")[2], int(p), int(shard["endingSequenceNumber"]))
         for name, shards in (model["config"].get("shards") or {}).items()
         for p, shard in shards.items() if shard.get("endingSequenceNumber") is not None)
+    # a closed shard's key spaces committed at their end are finished: nothing to read
+    ended = {(stream, p): e + 1 for stream, p, e in endings}
+    starts = [s for s in starts if s.start < ended.get((s.topic, s.partition), s.start + 1)]
     return QueryPlan(int(model["version"]), factor, tuple(starts), tuple(skips), system,
                      tuple(waiting), endings)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -88,3 +89,53 @@ def test_the_partition_start_is_the_earliest_bucket_start(values: list[int]) -> 
         assert got == LATEST
     else:
         assert got == min(v for v in values if v >= 0)
+
+
+END = 10**55 + 7  # a Kinesis ending sequence number (56 digits)
+
+
+def _kinesis_task(p: int, b: int) -> dict[str, Any]:
+    return {"taskName": f"Partition {p}_{b}_2", "taskMode": "Active",
+            "systemStreamPartitions": [{"system": "kinesis", "stream": "orders",
+                                        "partition": p, "keyBucket": b}]}
+
+
+def _kinesis_offsets(p: int, b: int, offset: str, waiting: bool = False) -> dict[str, Any]:
+    return {"inputOffsets": [{"ssp": {"system": "kinesis", "stream": "orders",
+                                      "partition": p, "keyBucket": b}, "offset": offset}],
+            "waitingFor": [{"system": "kinesis", "stream": "orders", "partition": 0,
+                            "keyBucket": b}] if waiting else []}
+
+
+def test_a_kinesis_plan_skips_finished_and_waiting_key_spaces() -> None:
+    model = {"version": 3, "config": {"elasticityFactor": 2, "shards": {"kinesis.orders": {
+        "0": {"endingSequenceNumber": str(END)}, "1": {"endingSequenceNumber": None}}}},
+        "containers": {"w1": {"tasks": {f"Partition {p}_{b}_2": _kinesis_task(p, b)
+                                        for p in (0, 1) for b in (0, 1)}}}}
+    plan = plan_query(model, "w1", {
+        "Partition 0_0_2": _kinesis_offsets(0, 0, str(END + 1)),  # finished: not read
+        "Partition 0_1_2": _kinesis_offsets(0, 1, str(END - 5)),
+        "Partition 1_0_2": _kinesis_offsets(1, 0, "earliest"),
+        "Partition 1_1_2": _kinesis_offsets(1, 1, "earliest", waiting=True),
+    })
+    assert plan.system == "kinesis"
+    assert [s.task for s in plan.starts] == ["Partition 0_1_2", "Partition 1_0_2"]
+    assert plan.waiting == ("Partition 1_1_2",)
+    assert plan.kinesis_shards() == {"orders": {
+        "0": {"start": str(END - 5), "ending": str(END)},
+        "1": {"start": "earliest", "ending": None}}}
+    sql = plan.filter_sql()
+    assert sql.startswith("NOT endOfShard AND ")
+    assert f"offsetKey >= '{str(END - 5).zfill(128)}'" in sql  # as text, beyond int64
+    assert plan.bucket_expr() == "pmod(crc32(key), 2)"
+    commit = plan.commit({("orders", 0): END + 1})
+    assert commit == {"Partition 0_1_2": {"inputOffsets": [{"ssp": {
+        "system": "kinesis", "stream": "orders", "partition": 0, "keyBucket": 1},
+        "offset": str(END + 1)}]}}
+
+
+def test_a_worker_reads_one_system_per_query() -> None:
+    model = {"version": 1, "config": {}, "containers": {"w1": {"tasks": {
+        "A": _kinesis_task(0, 0), **MODEL["containers"]["w1"]["tasks"]}}}}
+    with pytest.raises(ValueError, match="mixes"):
+        plan_query(model, "w1", {})
