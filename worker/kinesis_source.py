@@ -15,10 +15,10 @@ for that shard is ``endingSequenceNumber + 1`` and the worker commits exactly th
 every key bucket of the shard: how the coordinator learns the shard is finished
 (``checkpoint.shard_ends``). Markers are dropped before any user code sees a row.
 
-Reads happen in Spark's driver-side Python process (``SimpleDataSourceStreamReader``):
-the worker repartitions every batch by task before processing, so the source needs no
-partitioned reads of its own; ``readBetweenOffsets`` replays a batch exactly after a
-failure.
+Each batch has one Spark input partition per shard (``DataSourceStreamReader``); how a
+batch's end is found without reading every record twice is on
+:class:`KinesisStreamReader`. A batch replayed after a failure reads its shard ranges
+again, exactly.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from checkpoint.model import MAX_OFFSET_DIGITS
 from grouping.shards import shard_id, shard_partition
@@ -169,8 +169,28 @@ def _client(options: Mapping[str, str]) -> Any:
                         region_name=options.get("region") or "us-east-1")
 
 
-class KinesisStreamReader(SimpleDataSourceStreamReader):
-    """Spark's side of :class:`ShardReader`."""
+@dataclass
+class ShardRange(InputPartition):
+    """One Spark input partition: the records of one shard from ``start`` (an offset) to
+    ``end`` (exclusive), and those records when the driver already has them."""
+
+    partition: int
+    start: str
+    end: str
+    rows: list[Row] | None = None
+
+
+class KinesisStreamReader(DataSourceStreamReader):
+    """Spark's side of :class:`ShardReader`: one input partition per shard and batch.
+
+    Kinesis tells no shard's latest sequence number without reading its records, so the
+    end of a batch is found by reading: ``latestOffset`` reads each shard from the batch's
+    start (up to ``maxRecordsPerShard``) in the driver's source process and keeps the
+    records for ``partitions``, which hands each shard's to its own input partition;
+    reading everything twice (once to fix the end, once in the task) would halve what
+    Kinesis's per-shard read limits allow. A batch replayed after a restart has no
+    records kept: its tasks read their shard range from Kinesis (exactly: up to the
+    batch's end)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._stream = options["stream"]
@@ -179,20 +199,23 @@ class KinesisStreamReader(SimpleDataSourceStreamReader):
         self._limit = int(options.get("maxRecordsPerShard", "10000"))
         self._options = dict(options)
         self._shard_reader: ShardReader | None = None
+        self._kept: dict[tuple[int, str, str], list[Row]] = {}  # read ahead, not yet planned
+
+    def _endings(self) -> dict[int, int | None]:
+        return {int(p): None if s.get("ending") is None else int(s["ending"])
+                for p, s in self._shards.items()}
 
     @property
     def _reader(self) -> ShardReader:
         # made where it is used: Spark pickles this reader, a boto3 client does not pickle
         if self._shard_reader is None:
-            self._shard_reader = ShardReader(
-                _client(self._options), self._stream,
-                {int(p): None if s.get("ending") is None else int(s["ending"])
-                 for p, s in self._shards.items()})
+            self._shard_reader = ShardReader(_client(self._options), self._stream,
+                                             self._endings())
         return self._shard_reader
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_shard_reader"] = None
+        state["_shard_reader"], state["_kept"] = None, {}
         return state
 
     def initialOffset(self) -> dict[str, str]:  # noqa: N802 (Spark's API)
@@ -200,29 +223,36 @@ class KinesisStreamReader(SimpleDataSourceStreamReader):
         return {p: now if s["start"] == "latest" else str(s["start"])
                 for p, s in self._shards.items()}
 
-    def read(self, start: dict[str, str]) -> tuple[Iterator[Row], dict[str, str]]:
-        rows: list[Row] = []
+    def latestOffset(self, start: dict[str, str], limit: Any = None  # noqa: N802
+                     ) -> dict[str, str]:
         end = dict(start)
         for p, offset in sorted(start.items()):
             got = self._reader.read(int(p), offset, self._limit)
-            rows += got.rows
+            if got.rows:
+                self._kept[(int(p), offset, got.next_offset)] = got.rows
             end[p] = got.next_offset
-        return iter(rows), end
+        return end
 
-    def readBetweenOffsets(  # noqa: N802 (Spark's API)
-            self, start: dict[str, str], end: dict[str, str]) -> Iterator[Row]:
-        rows: list[Row] = []
-        for p, offset in sorted(start.items()):
-            stop = end.get(p, offset)
-            if stop == offset or not stop.isdigit():
-                continue
-            ending = self._shards.get(p, {}).get("ending")
-            got = self._reader.read(int(p), offset, 2**31, until=int(stop))
-            rows += got.rows
-            if ending is not None and int(stop) == int(ending) + 1 and not got.ended:
-                rows.append((None, None, self._stream, int(p), shard_id(int(p)), str(ending),
-                             offset_key(int(ending)), None, True))
-        return iter(rows)
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[ShardRange]:
+        return [ShardRange(int(p), offset, end[p], self._kept.pop((int(p), offset, end[p]),
+                                                                  None))
+                for p, offset in sorted(start.items()) if end.get(p, offset) != offset]
+
+    def read(self, partition: InputPartition) -> Iterator[Row]:
+        assert isinstance(partition, ShardRange)
+        if partition.rows is not None:
+            return iter(partition.rows)
+        if not partition.end.isdigit():
+            return iter(())
+        # a replay: this shard range again from Kinesis, exactly to the batch's end
+        got = self._reader.read(partition.partition, partition.start, 2**31,
+                                until=int(partition.end))
+        return iter(got.rows)
+
+    def commit(self, end: dict[str, str]) -> None:
+        # records read for a batch that was never planned (Spark asked for the latest
+        # offset again) are dropped; only a read starting where this batch ended may be
+        self._kept = {k: v for k, v in self._kept.items() if k[1] == end.get(str(k[0]))}
 
 
 class KinesisDataSource(DataSource):
@@ -238,5 +268,5 @@ class KinesisDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def simpleStreamReader(self, schema: Any) -> KinesisStreamReader:  # noqa: N802
+    def streamReader(self, schema: Any) -> KinesisStreamReader:  # noqa: N802
         return KinesisStreamReader(self.options)

@@ -4,12 +4,16 @@ exact replay of a batch."""
 
 from __future__ import annotations
 
+import json
+import pickle
 import uuid
 from typing import Any
 
-from service.local.kinesis import LocalKinesis
+import pytest
+
+from service.local.kinesis import CREDENTIALS, LocalKinesis
 from tests.service.test_kinesis_inputs import kinesis_client, wait_active
-from worker.kinesis_source import EARLIEST, ShardReader, offset_key
+from worker.kinesis_source import EARLIEST, KinesisStreamReader, ShardReader, offset_key
 
 
 def _stream(client: Any, shards: int) -> str:
@@ -95,3 +99,36 @@ def test_a_replay_stops_at_the_batch_end(kinesis: LocalKinesis) -> None:
     until = int(seqs[11]) + 1  # the batch ended after the 12th record
     replay = ShardReader(client, stream, {0: None}).read(0, EARLIEST, 2**31, until=until)
     assert [r[5] for r in replay.rows] == seqs[:12] and replay.next_offset == str(until)
+
+
+def test_the_spark_reader_plans_a_partition_per_shard_and_replays_exactly(
+        kinesis: LocalKinesis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``KinesisStreamReader`` as Spark drives it (no Spark needed): the latest offset
+    reads ahead and each shard's records go to its own input partition; after a restart
+    (a fresh reader, nothing kept) the same batch is read again from Kinesis, row for row;
+    the reader pickles (Spark ships it to its tasks)."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    client = kinesis_client(kinesis)
+    stream = _stream(client, 2)
+    _put(client, stream, 40)
+    options = {"stream": stream, "endpoint": kinesis.endpoint, "region": "us-east-1",
+               "maxRecordsPerShard": "15", "shards": json.dumps(
+                   {"0": {"start": "earliest", "ending": None},
+                    "1": {"start": "earliest", "ending": None}})}
+    reader = KinesisStreamReader(options)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start)
+    parts = reader.partitions(start, end)
+    assert sorted(p.partition for p in parts) == [0, 1]
+    assert all(p.rows is not None and 0 < len(p.rows) <= 15 for p in parts)
+    first = {p.partition: list(reader.read(p)) for p in parts}
+    restarted = pickle.loads(pickle.dumps(KinesisStreamReader(options)))
+    replay = {p.partition: list(restarted.read(p)) for p in restarted.partitions(start, end)}
+    assert replay == first
+    reader.commit(end)
+    following = reader.partitions(end, reader.latestOffset(end))
+    seen = {r[5] for rows in [*first.values(), *(list(reader.read(p)) for p in following)]
+            for r in rows}
+    assert len(seen) == sum(len(v) for v in first.values()) + sum(
+        len(p.rows or []) for p in following)  # no record in two batches
