@@ -83,9 +83,11 @@ def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
     topic, output = new_topics(kafka, 4)
     producing = Producing(kafka, topic)
     producing.send(1000)
+    # --poll-close-grace-ms 0: the lease alone decides, so a worker restarting within it
+    # keeps its tasks (a closed long poll would otherwise move them within seconds)
     server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
                              "1000", "--lease-ttl-ms", "40000", "--elasticity-factor", "2",
-                             "--stateful")
+                             "--stateful", "--poll-close-grace-ms", "0")
     blobs = f"file://{tmp_path / 'blobs'}"
 
     def worker(pid: str) -> Any:
