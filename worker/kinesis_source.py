@@ -84,8 +84,17 @@ class ShardReader:
         rows: list[Row] = []
         offset = start
         while iterator is not None and len(rows) < limit:
-            out = self._call(functools.partial(self._client.get_records, ShardIterator=iterator,
-                                               Limit=min(10_000, limit - len(rows))))
+            try:
+                out = self._call(functools.partial(
+                    self._client.get_records, ShardIterator=iterator,
+                    Limit=min(10_000, limit - len(rows))))
+            except Exception as e:
+                if _code(e) != "ExpiredIteratorException":
+                    raise
+                # a kept iterator outlived its 5 minutes (a stalled query): a new one
+                self._iterators.pop(partition, None)
+                iterator = self._iterator(partition, offset)
+                continue
             for r in out["Records"]:
                 seq = int(r["SequenceNumber"])
                 if until is not None and seq >= until:
@@ -153,13 +162,19 @@ class ShardReader:
             try:
                 return fn()
             except Exception as e:  # botocore's ClientError, without importing botocore
-                code = getattr(e, "response", {}).get("Error", {}).get("Code")
+                code = _code(e)
                 if code not in ("ProvisionedThroughputExceededException",
                                 "LimitExceededException", "ThrottlingException"):
                     raise
                 log.info("Kinesis throttled (%s): retrying in %.1fs", code, delay)
                 self._sleep(delay)
                 delay = min(2.0, delay * 2)
+
+
+def _code(error: Exception) -> str | None:
+    """The error code of a botocore ClientError (None for anything else)."""
+    code = getattr(error, "response", {}).get("Error", {}).get("Code")
+    return None if code is None else str(code)
 
 
 def _client(options: Mapping[str, str]) -> Any:
