@@ -1,0 +1,215 @@
+"""A whole rebalance cycle at scale (issue #17): one coordinator on SQLite, ``--processors``
+simulated processors (asyncio HTTP clients in this process: register, heartbeat on the
+interval, long-poll their own container with ``processorId`` and their lease token, ack
+each version they are part of) and ``--partitions`` x factor virtual tasks.
+
+Then, one at a time: one processor leaves (``DELETE``), one joins (a registration), the
+elasticity factor doubles (``POST /scale``). For each: seconds from the trigger to the
+version's publication (``/status`` ``lastRebalance.at``), to every processor of it
+having received it, and to its barrier being ``done``; the bytes of job model the fleet
+received for it; the coordinator's CPU seconds over the cycle. Before the cycles, the
+coordinator's CPU share while the fleet only heartbeats (and long-polls), and its
+resident memory with the model and its indexes.
+
+Run: python -m bench.rebalance_scale [--processors 1000] [--partitions 25000] [--factor 4]
+Targets: beyond the debounce, < 1 s to barrier done for a leave or a join; heartbeats of
+1000 processors every 2 s cost under 25% of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.service.server import Server
+
+HEARTBEAT_S = 2.0
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Fleet:
+    """The simulated processors: what each received and when."""
+
+    client: httpx.AsyncClient
+    tokens: dict[str, str] = field(default_factory=dict)
+    received: dict[int, dict[str, float]] = field(default_factory=dict)  # version -> pid -> t
+    bytes: dict[int, int] = field(default_factory=dict)
+    acked_done: dict[int, float] = field(default_factory=dict)
+    stopping: set[str] = field(default_factory=set)
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    async def join(self, pid: str) -> None:
+        r = await self.client.post("/processors", json={"processorId": pid,
+                                                        "locationId": f"host-{pid}"})
+        r.raise_for_status()
+        self.tokens[pid] = r.json()["leaseToken"]
+        self.tasks[pid] = asyncio.create_task(self._run(pid))
+
+    async def leave(self, pid: str) -> None:
+        self.stopping.add(pid)
+        self.tasks.pop(pid).cancel()
+        await self.client.delete(f"/processors/{pid}",
+                                 headers={"Coxswain-Lease-Token": self.tokens[pid]})
+
+    async def _run(self, pid: str) -> None:
+        lease = {"Coxswain-Lease-Token": self.tokens[pid]}
+        beat = asyncio.create_task(self._heartbeat(pid, lease))
+        version = 0
+        try:
+            while pid not in self.stopping:
+                r = await self.client.get("/jobmodel", headers=lease, params={
+                    "processorId": pid, "since": version, "waitMs": 30_000})
+                if r.status_code != 200:
+                    continue
+                now = time.time()
+                body = r.json()
+                version = body["version"]
+                self.received.setdefault(version, {})[pid] = now
+                self.bytes[version] = self.bytes.get(version, 0) + len(r.content)
+                if pid in body["containers"]:
+                    a = await self.client.post(f"/jobmodel/{version}/ack", headers=lease,
+                                               json={"processorId": pid})
+                    if a.status_code == 200 and a.json()["barrier"] == "done":
+                        self.acked_done.setdefault(version, time.time())
+        finally:
+            beat.cancel()
+
+    async def _heartbeat(self, pid: str, lease: dict[str, str]) -> None:
+        await asyncio.sleep(HEARTBEAT_S * (hash(pid) % 100) / 100)  # spread over the period
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                await self.client.post(f"/processors/{pid}/heartbeat", headers=lease, json={})
+            await asyncio.sleep(HEARTBEAT_S)
+
+
+async def settled(client: httpx.AsyncClient, members: int, since: int,
+                  timeout_s: float = 600) -> dict[str, Any]:
+    """The status once a version after ``since`` with ``members`` processors is done."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = (await client.get("/status")).json()
+        if (st["latestVersion"] or 0) > since and st["barrier"] == "done" \
+                and len(st["tasksPerProcessor"]) == members:
+            return dict(st)
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no settled version after {since} within {timeout_s}s")
+
+
+async def cycle(name: str, fleet: Fleet, admin: httpx.AsyncClient, server: Server,
+                action: Any, members: int) -> dict[str, float]:
+    before = (await admin.get("/status")).json()["latestVersion"]
+    cpu0 = cpu_seconds(server.proc.pid)  # type: ignore[union-attr]
+    t0 = time.time()
+    await action()
+    st = await settled(admin, members, before)
+    observed_done = time.time()  # /status polled every 50 ms
+    version = st["latestVersion"]
+    published = st["lastRebalance"]["at"]
+    got = fleet.received.get(version, {})
+    deadline = time.monotonic() + 60
+    while len(got) < members and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    done_at = min(fleet.acked_done.get(version, observed_done), observed_done)
+    out = {"publishedS": published - t0, "allReceivedS": max(got.values()) - t0,
+           "barrierDoneS": done_at - t0, "megabytes": fleet.bytes.get(version, 0) / 1e6,
+           "cpuS": cpu_seconds(server.proc.pid) - cpu0,  # type: ignore[union-attr]
+           "generationS": st["lastRebalance"]["generationSeconds"]}
+    print(f"  {name:14s} " + "  ".join(f"{k} {v:.3f}" for k, v in out.items()), flush=True)
+    return out
+
+
+async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[str, float]]]:
+    limits = httpx.Limits(max_connections=args.processors * 3, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as client, \
+            httpx.AsyncClient(base_url=server.url, timeout=120) as admin:
+        fleet = Fleet(client)
+        ids = [f"p{i:04d}" for i in range(args.processors)]
+        started = time.monotonic()
+        for start in range(0, len(ids), 100):
+            await asyncio.gather(*(fleet.join(pid) for pid in ids[start:start + 100]))
+        await settled(admin, len(ids), 0)
+        print(f"{len(ids)} processors registered and settled in "
+              f"{time.monotonic() - started:.1f}s", flush=True)
+        pid = server.proc.pid  # type: ignore[union-attr]
+        await asyncio.sleep(2 * HEARTBEAT_S)
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        await asyncio.sleep(args.quiet_s)
+        share = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+        print(f"heartbeats + parked long polls of {len(ids)} processors: {share * 100:.1f}% "
+              f"of one core; coordinator RSS {rss_mb(pid):.0f} MB", flush=True)
+        results: dict[str, list[dict[str, float]]] = {"leave": [], "join": [], "factor": []}
+        factor = args.factor
+        for i in range(args.runs):
+            victim = ids.pop()
+            results["leave"].append(await cycle(
+                "leave", fleet, admin, server, lambda v=victim: fleet.leave(v), len(ids)))
+            newcomer = f"n{i:03d}"
+            ids.append(newcomer)
+            results["join"].append(await cycle(
+                "join", fleet, admin, server, lambda n=newcomer: fleet.join(n), len(ids)))
+            factor = factor * 2 if i % 2 == 0 else factor // 2
+
+            async def scale(f: int = factor) -> None:
+                r = await admin.post("/scale", json={"elasticityFactor": f})
+                r.raise_for_status()
+
+            results["factor"].append(await cycle(
+                f"factor -> {factor}", fleet, admin, server, scale, len(ids)))
+        for task in fleet.tasks.values():
+            task.cancel()
+        return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--processors", type=int, default=1000)
+    p.add_argument("--partitions", type=int, default=25_000)
+    p.add_argument("--factor", type=int, default=4)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--quiet-s", type=float, default=20.0)
+    args = p.parse_args()
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="bench-rebalance-scale-"))
+    server = Server(root, [
+        "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor", str(args.factor),
+        "--max-elasticity-factor", "64", "--debounce-ms", "200", "--lease-ttl-ms", "60000",
+        "--barrier-timeout-ms", "120000", "--heartbeat-interval-ms",
+        str(int(HEARTBEAT_S * 1000)), "--log-level", "WARNING"]).start(timeout_s=60)
+    try:
+        results = asyncio.run(run(args, server))
+    finally:
+        server.stop()
+    print(f"\n{args.processors} processors, {args.partitions} partitions x factor "
+          f"{args.factor} (debounce 200 ms); medians of {args.runs}:")
+    print(json.dumps({name: {k: round(statistics.median(r[k] for r in runs), 3)
+                             for k in runs[0]} for name, runs in results.items()}, indent=1))
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
