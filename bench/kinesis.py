@@ -30,10 +30,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from service.local.kafka import LocalKafka
 from service.local.kinesis import CREDENTIALS, LocalKinesis
+from service.local.kinesis import client as local_client
 from service.local.orders import create_topics, read_json_records
 from service.local.ports import stop_process_group
 from tests.service.server import Server
@@ -41,10 +40,7 @@ from worker.kinesis_source import EARLIEST, ShardReader
 
 
 def client(kinesis: LocalKinesis) -> Any:
-    return boto3.client("kinesis", endpoint_url=kinesis.endpoint,
-                        region_name=CREDENTIALS["AWS_REGION"],
-                        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    return local_client(kinesis.endpoint)
 
 
 def wait_active(c: Any, stream: str) -> None:

@@ -13,23 +13,17 @@ after deciding what to do with its checkpoints.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from coordinator.input_poller import InputPoller, InputState, SourceUnavailable, StreamStatus
 from grouping.model import SystemStreamPartition
 
 log = logging.getLogger("coxswain.inputs")
-
-
-class SourceUnavailable(Exception):
-    """The partition source (the Kafka cluster) could not be asked."""
 
 
 class PartitionSource(Protocol):
@@ -61,28 +55,6 @@ class KafkaPartitionSource:
         return out
 
 
-class InputState(StrEnum):
-    """What the monitor last saw of a stream."""
-
-    UNKNOWN = "unknown"  # not polled successfully yet
-    OK = "ok"
-    MISSING = "missing"
-    UNREACHABLE = "unreachable"
-    SHRUNK = "shrunk"  # refused until an operator resolves it
-
-
-@dataclass(frozen=True, slots=True)
-class StreamStatus:
-    """One monitored stream in ``/status``."""
-
-    system: str
-    stream: str
-    partitions: int | None  # the count the job uses
-    observed: int | None  # the count last seen in Kafka
-    state: InputState
-    detail: str = ""
-
-
 def plan_inputs(
     current: Mapping[str, int | None], observed: Mapping[str, int | None],
 ) -> tuple[dict[str, int], dict[str, tuple[InputState, str]]]:
@@ -111,7 +83,7 @@ def plan_inputs(
     return use, states
 
 
-class PartitionMonitor:
+class PartitionMonitor(InputPoller):
     """Polls partition counts of the monitored streams and applies growth (leader)."""
 
     def __init__(
@@ -123,46 +95,10 @@ class PartitionMonitor:
         apply: Callable[[list[SystemStreamPartition]], Awaitable[None]],
         is_leader: Callable[[], bool],
     ) -> None:
-        self._streams = sorted(set(system_streams))
+        super().__init__(system_streams, interval_s, is_leader, "partition-monitor")
         self._source = source
-        self._interval_s = interval_s
         self._current = current
         self._apply = apply
-        self._is_leader = is_leader
-        self._status: dict[tuple[str, str], StreamStatus] = {
-            (sys, st): StreamStatus(sys, st, None, None, InputState.UNKNOWN)
-            for sys, st in self._streams}
-        self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-
-    def status(self) -> list[StreamStatus]:
-        """The last seen state of every monitored stream."""
-        return [self._status[k] for k in self._streams]
-
-    def start(self) -> None:
-        """Poll now and then every interval, until :meth:`stop`."""
-        self._task = asyncio.create_task(self._run(), name="partition-monitor")
-
-    async def stop(self) -> None:
-        """Stop polling."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    def poll_soon(self) -> None:
-        """Poll without waiting for the interval (e.g. on becoming the leader)."""
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.poll_once()
-            except Exception:
-                log.exception("partition poll failed")
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval_s)
 
     async def poll_once(self) -> None:
         """One poll: record what Kafka says; on the leader, apply growth."""

@@ -12,13 +12,12 @@ lineage goes into the job model's config (``grouping.shards``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from coordinator.partition_monitor import InputState, SourceUnavailable, StreamStatus
+from coordinator.input_poller import InputPoller, InputState, SourceUnavailable, StreamStatus
 from grouping.shards import Shard, ShardFormatError, shards_from_listing
 
 log = logging.getLogger("coxswain.inputs")
@@ -74,7 +73,7 @@ class KinesisShardSource:
             raise SourceUnavailable(f"Kinesis unreachable: {e}") from e
 
 
-class ShardMonitor:
+class ShardMonitor(InputPoller):
     """Polls the shards of the monitored Kinesis streams and applies them (leader)."""
 
     def __init__(
@@ -85,46 +84,9 @@ class ShardMonitor:
         apply: Callable[[str, str, Mapping[int, Shard]], Awaitable[object]],
         is_leader: Callable[[], bool],
     ) -> None:
-        self._streams = sorted(set(system_streams))
+        super().__init__(system_streams, interval_s, is_leader, "shard-monitor")
         self._source = source
-        self._interval_s = interval_s
         self._apply = apply
-        self._is_leader = is_leader
-        self._status: dict[tuple[str, str], StreamStatus] = {
-            (sys, st): StreamStatus(sys, st, None, None, InputState.UNKNOWN)
-            for sys, st in self._streams}
-        self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-
-    def status(self) -> list[StreamStatus]:
-        """The last seen state of every monitored stream (partitions: open shards and
-        closed ones still listed)."""
-        return [self._status[k] for k in self._streams]
-
-    def start(self) -> None:
-        """Poll now and then every interval, until :meth:`stop`."""
-        self._task = asyncio.create_task(self._run(), name="shard-monitor")
-
-    async def stop(self) -> None:
-        """Stop polling."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    def poll_soon(self) -> None:
-        """Poll without waiting for the interval (e.g. on becoming the leader)."""
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.poll_once()
-            except Exception:
-                log.exception("shard poll failed")
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval_s)
 
     async def poll_once(self) -> None:
         """One poll of every stream: record what Kinesis says; on the leader, apply it."""

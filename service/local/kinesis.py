@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from common.paths import cache_dir
 from service.local.ports import free_port, stop_process
@@ -101,18 +102,22 @@ class LocalKinesis:
         stop_process(self.proc)
 
 
-def create_stream(endpoint: str, stream: str, shards: int, timeout_s: float = 30.0) -> None:
-    """Create ``stream`` with ``shards`` shards (if missing) and wait until it is ACTIVE."""
+def client(endpoint: str) -> Any:
+    """A boto3 Kinesis client of the local server, with its test credentials."""
     import boto3  # noqa: PLC0415 (the kinesis extra; only local tooling needs it here)
 
-    client = boto3.client("kinesis", endpoint_url=endpoint,
-                          region_name=CREDENTIALS["AWS_REGION"],
-                          aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-    with contextlib.suppress(client.exceptions.ResourceInUseException):  # exists
-        client.create_stream(StreamName=stream, ShardCount=shards)
+    return boto3.client("kinesis", endpoint_url=endpoint, region_name=CREDENTIALS["AWS_REGION"],
+                        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+
+
+def create_stream(endpoint: str, stream: str, shards: int, timeout_s: float = 30.0) -> None:
+    """Create ``stream`` with ``shards`` shards (if missing) and wait until it is ACTIVE."""
+    api = client(endpoint)
+    with contextlib.suppress(api.exceptions.ResourceInUseException):  # exists
+        api.create_stream(StreamName=stream, ShardCount=shards)
     deadline = time.monotonic() + timeout_s
-    while client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+    while api.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
             "StreamStatus"] != "ACTIVE":
         if time.monotonic() > deadline:
             raise RuntimeError(f"Kinesis stream {stream} not ACTIVE within {timeout_s}s")

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from coordinator.partition_monitor import InputState, SourceUnavailable
+from coordinator.input_poller import InputState, SourceUnavailable
 from coordinator.shard_monitor import ShardMonitor
 from grouping.shards import MAX_HASH_KEY, Shard
 

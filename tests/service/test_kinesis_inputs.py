@@ -5,34 +5,19 @@ it still waits for, until each is checkpointed at its end."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
-import boto3
 import httpx
 
-from service.local.kinesis import CREDENTIALS, LocalKinesis
+from service.local.kinesis import CREDENTIALS, LocalKinesis, client
 from tests.service.conftest import StartServer
+from tests.service.test_kafka_inputs import eventually
 from tests.service.workers import SimWorker, ack_all, offsets_for
 
 
-def eventually(check: Callable[[], Any], timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def kinesis_client(kinesis: LocalKinesis) -> Any:
-    return boto3.client("kinesis", endpoint_url=kinesis.endpoint,
-                        region_name=CREDENTIALS["AWS_REGION"],
-                        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    return client(kinesis.endpoint)
 
 
 def wait_active(client: Any, stream: str) -> None:
