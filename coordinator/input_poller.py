@@ -82,6 +82,18 @@ class InputPoller:
         """One poll of every stream."""
         raise NotImplementedError
 
+    def _set(self, status: StreamStatus) -> None:
+        """Record what a poll saw of a stream; log it when it changed."""
+        key = (status.system, status.stream)
+        before = self._status.get(key)
+        self._status[key] = status
+        seen = (status.state, status.observed, status.detail)
+        if before is None or (before.state, before.observed, before.detail) != seen:
+            level = logging.INFO if status.state is InputState.OK else logging.WARNING
+            log.log(level, "input %s.%s: %s, %s partitions%s", status.system, status.stream,
+                    status.state.value, status.observed,
+                    f" ({status.detail})" if status.detail else "")
+
     async def _run(self) -> None:
         while True:
             try:

@@ -592,6 +592,8 @@ class Coordinator:
         live = frozenset(self.membership.live())
         joined, left = live - self._members_seen, self._members_seen - live
         self._members_seen = live
+        for pid in left:  # its polls no longer matter (and ids must not pile up)
+            self._polls.pop(pid, None)
         return joined, left
 
     def _schedule_sweep(self) -> None:

@@ -134,12 +134,3 @@ class PartitionMonitor(InputPoller):
                 if counts_now[st] != n), extra={"reason": "inputs_changed"})
             await self._apply(sorted({*keep, *grown}))
 
-    def _set(self, status: StreamStatus) -> None:
-        key = (status.system, status.stream)
-        before = self._status.get(key)
-        self._status[key] = status
-        if before is None or (before.state, before.observed) != (status.state, status.observed):
-            level = logging.INFO if status.state is InputState.OK else logging.WARNING
-            log.log(level, "input %s.%s: %s, %s partitions in Kafka%s", status.system,
-                    status.stream, status.state.value, status.observed,
-                    f" ({status.detail})" if status.detail else "")

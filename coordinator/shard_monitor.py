@@ -12,15 +12,12 @@ lineage goes into the job model's config (``grouping.shards``).
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from coordinator.input_poller import InputPoller, InputState, SourceUnavailable, StreamStatus
 from grouping.shards import Shard, ShardFormatError, shards_from_listing
-
-log = logging.getLogger("coxswain.inputs")
 
 
 class ShardSource(Protocol):
@@ -109,14 +106,6 @@ class ShardMonitor(InputPoller):
             if self._is_leader():
                 await self._apply(system, stream, shards)
 
-    def _set(self, status: StreamStatus) -> None:
-        key = (status.system, status.stream)
-        before = self._status.get(key)
-        self._status[key] = status
-        if before is None or (before.state, before.detail) != (status.state, status.detail):
-            level = logging.INFO if status.state is InputState.OK else logging.WARNING
-            log.log(level, "input %s.%s: %s%s", status.system, status.stream,
-                    status.state.value, f" ({status.detail})" if status.detail else "")
 
 
 def _describe(shards: Mapping[int, Shard]) -> str:

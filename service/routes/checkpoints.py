@@ -80,7 +80,8 @@ async def read_checkpoints(
     wanted = [tasks[n] for n in names]
     partitions = {s.whole() for t in wanted for s in t.ssps}
     lineage = model.memo("lineage", lambda m: lineage_of_config(m.config))
-    partitions |= _parents(partitions, lineage)  # whether they are finished
+    if lineage:  # Kinesis inputs: the parents' checkpoints say whether they are finished
+        partitions |= _parents(partitions, lineage)
 
     stateful = coordinator.config.stateful
     factor = model.elasticity_factor

@@ -128,6 +128,17 @@ def _dev_up(zk_port: int, kafka_port: int, *extra: str) -> subprocess.Popen[str]
         stderr=subprocess.STDOUT, text=True)
 
 
+def _banner(proc: subprocess.Popen[str]) -> str:
+    """What `dev up` prints until it says how to stop it."""
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("(Ctrl-C"):
+            break
+    return "".join(lines)
+
+
 def _assert_closed(*ports: int) -> None:
     for port in ports:
         try:
@@ -141,16 +152,10 @@ def _assert_closed(*ports: int) -> None:
 def test_dev_up_starts_zookeeper_and_kafka_and_stops_them(tmp_path: Path) -> None:
     zk_port, kafka_port = free_port(), free_port()
     proc = _dev_up(zk_port, kafka_port)
-    lines = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("(Ctrl-C"):
-                break
-        banner = "".join(lines)
-        assert f"ZooKeeper: 127.0.0.1:{zk_port}" in banner, lines
-        assert "orders (8 partitions)" in banner, lines
+        banner = _banner(proc)
+        assert f"ZooKeeper: 127.0.0.1:{zk_port}" in banner, banner
+        assert "orders (8 partitions)" in banner, banner
         for port in (zk_port, kafka_port):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
         _try_what_it_suggests(banner, tmp_path)
@@ -223,14 +228,8 @@ def test_dev_up_kinesis_serves_a_stream_its_producer_fills(tmp_path: Path) -> No
     zk_port, kafka_port, kinesis_port = free_port(), free_port(), free_port()
     proc = _dev_up(zk_port, kafka_port, "--kinesis", "--kinesis-port", str(kinesis_port),
                    "--kinesis-shards", "3")
-    lines = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("(Ctrl-C"):
-                break
-        banner = "".join(lines)
+        banner = _banner(proc)
         endpoint = f"http://127.0.0.1:{kinesis_port}"
         assert f"Kinesis:   {endpoint}" in banner and "3 shards" in banner, banner
         suggested = [line.split() for line in banner.splitlines() if "--kinesis-endpoint"

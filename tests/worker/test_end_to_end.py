@@ -68,6 +68,24 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
 
 
+def first_occurrences(records: list[dict[str, Any]]
+                      ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Output records by key, each (key, seq) once at its first occurrence (with ``at``, its
+    index in the output), and the first occurrences of those that came again (with
+    ``again``, the repeat)."""
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    duplicated: list[dict[str, Any]] = []
+    per_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for i, r in enumerate(records):
+        k = (r["key"], r["seq"])
+        if k in first:
+            duplicated.append(first[k] | {"again": r})
+            continue
+        first[k] = r | {"at": i}
+        per_key[r["key"]].append(first[k])
+    return per_key, duplicated
+
+
 def new_topics(kafka: LocalKafka, partitions: int) -> tuple[str, str]:
     """A fresh input topic with ``partitions`` partitions and a one-partition output."""
     topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
@@ -182,19 +200,11 @@ def test_join_graceful_leave_and_kill_9(
     finally:
         stop_workers(list(workers.values()))
     records = read_all(kafka, output)
-    first: dict[tuple[str, int], dict[str, Any]] = {}
-    duplicated: list[dict[str, Any]] = []
-    per_key: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(records):
-        k = (r["key"], r["seq"])
-        if k in first:
-            duplicated.append(first[k] | {"again": r})
-            continue
-        first[k] = r | {"at": i}
-        per_key[r["key"]].append(r["seq"])
-    assert {k: sorted(v) for k, v in per_key.items()} == {
+    per_key, duplicated = first_occurrences(records)
+    assert {k: sorted(r["seq"] for r in v) for k, v in per_key.items()} == {
         k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
-    for key, seqs in per_key.items():  # per key in order, duplicates removed
+    for key, rs in per_key.items():  # per key in order, duplicates removed
+        seqs = [r["seq"] for r in rs]
         assert seqs == sorted(seqs), (key, seqs[:20])
     # duplicates only where the killed worker had processed without committing
     assert all(d["processor"] == "w1" for d in duplicated), duplicated[:5]

@@ -21,6 +21,7 @@ from tests.service.conftest import StartServer
 from tests.service.test_kinesis_inputs import kinesis_client, wait_active
 from tests.worker.test_end_to_end import (
     crash,
+    first_occurrences,
     new_topics,
     read_all,
     start_worker,
@@ -129,16 +130,7 @@ def test_split_merge_split_with_a_kill_keeps_every_keys_order(
     assert shard_ids(client, stream) == ["shardId-000000000004", "shardId-000000000005",
                                          "shardId-000000000006"]
     records = read_all(kafka, output)
-    first: dict[tuple[str, int], dict[str, Any]] = {}
-    duplicated: list[dict[str, Any]] = []
-    per_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for i, r in enumerate(records):
-        k = (r["key"], r["seq"])
-        if k in first:
-            duplicated.append(first[k] | {"again": r})
-            continue
-        first[k] = r | {"at": i}
-        per_key[r["key"]].append(r)
+    per_key, duplicated = first_occurrences(records)
     assert {k: sorted(r["seq"] for r in v) for k, v in per_key.items()} == {
         k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
     for key, rs in per_key.items():  # in order across every parent -> child boundary
