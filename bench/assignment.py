@@ -12,6 +12,11 @@ their active task's name), so the tasks of a lost processor may go anywhere, whi
 processor (no state yet) only gets warm-ups: its moves come in later probing rebalances
 (KIP-441), and the table shows them as warm-ups.
 
+Each change is generated as the leader does it: by a :class:`JobModelGenerator` that
+generated the starting model and kept its indexes, incremental where the change allows
+(column "path"); "full ms" times the full computation (``generate_job_model`` from a fresh
+copy of the previous model) for the same change. A row "initial" generates from scratch.
+
 Run: python -m bench.assignment [--quick] [--runs N] [--tasks N...] [--procs N...]
      [--standbys N]
 """
@@ -26,6 +31,7 @@ from collections.abc import Callable
 from grouping.assignment import AssignmentParams
 from grouping.generation import GeneratedJobModel, generate_job_model
 from grouping.groupers import GroupByPartition
+from grouping.incremental import JobModelGenerator
 from grouping.measures import balance, lower_bound_moves, moved_tasks
 from grouping.model import JobModel, SystemStreamPartition
 from grouping.task_names import parse_standby_task_name
@@ -80,30 +86,57 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
     }
     rows = []
     for change, (factor_before, live) in changes.items():
-        base = generate_job_model(1, ssps, GROUPER, factor_before, procs, stateful=stateful,
+        generator = JobModelGenerator()
+        base = generator.generate(1, ssps, GROUPER, factor_before, procs, stateful=stateful,
                                   params=params).job_model
         lags = lags_of(base) if stateful else None
 
         def run(base: JobModel = base, live: dict[str, str] = live,
-                lags: dict[str, dict[str, int]] | None = lags) -> GeneratedJobModel:
+                lags: dict[str, dict[str, int]] | None = lags,
+                generator: JobModelGenerator = generator) -> GeneratedJobModel:
+            # the leader's way: the generator kept the indexes of the model it made
+            return generator.generate(2, ssps, GROUPER, BASE_FACTOR, live, previous=base,
+                                      task_lags=lags, stateful=stateful, params=params)
+
+        def full(base: JobModel = base, live: dict[str, str] = live,
+                 lags: dict[str, dict[str, int]] | None = lags) -> GeneratedJobModel:
             # A fresh previous model each run: no index cached by an earlier run.
             previous = JobModel(base.version, base.config, base.containers)
             return generate_job_model(2, ssps, GROUPER, BASE_FACTOR, live, previous=previous,
                                       task_lags=lags, stateful=stateful, params=params)
 
         seconds, generated = timed(run, runs)
-        model = generated.job_model
-        tasks = list(model.active_tasks().values())
+        path = generator.last_path
+        full_seconds, reference = timed(full, runs)
+        assert reference.job_model == generated.job_model, "incremental != full"
+        rows.append(_row(base, generated, live, stateful, change, seconds, path,
+                         full_seconds, params))
+
+    def initial() -> GeneratedJobModel:
+        return generate_job_model(1, ssps, GROUPER, BASE_FACTOR, procs, stateful=stateful,
+                                  params=params)
+
+    seconds, generated = timed(initial, runs)
+    rows.append(_row(None, generated, procs, stateful, "initial", seconds, "full", seconds,
+                     params))
+    return rows
+
+
+def _row(base: JobModel | None, generated: GeneratedJobModel, live: dict[str, str],
+         stateful: bool, change: str, seconds: float, path: str, full_seconds: float,
+         params: AssignmentParams) -> str:
+    model = generated.job_model
+    tasks = list(model.active_tasks().values())
+    if base is None:
+        moved, bound = 0, 0
+    else:
         moved = moved_tasks(base, model, BASE_FACTOR)
         bound = lower_bound_moves(base, tasks, list(live), params.balance_factor, BASE_FACTOR)
-        warmups = len(generated.assignment.warmups)
-        ratio = "-" if bound == 0 else f"{moved / bound:.3f}"
-        rows.append(
-            f"| {len(tasks):>7} | {len(live):>5} | {'stateful' if stateful else 'stateless':9} "
-            f"| {change:9} | {seconds * 1000:9.1f} | {balance(model):>3} | {moved:>6} "
-            f"| {bound:>6} | {ratio:>5} | {warmups:>3} |"
-        )
-    return rows
+    warmups = len(generated.assignment.warmups)
+    ratio = "-" if bound == 0 else f"{moved / bound:.3f}"
+    return (f"| {len(tasks):>7} | {len(live):>5} | {'stateful' if stateful else 'stateless':9} "
+            f"| {change:9} | {seconds * 1000:9.1f} | {path:11} | {full_seconds * 1000:7.1f} "
+            f"| {balance(model):>3} | {moved:>6} | {bound:>6} | {ratio:>5} | {warmups:>3} |")
 
 
 def main() -> None:
@@ -118,10 +151,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = args.tasks or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
     kinds = (True,) if args.standbys > 0 else (False, True)
-    print("| tasks   | procs | kind      | change    | median ms | bal | moved  | bound  "
-          "| ratio | wu  |")
-    print("|---------|-------|-----------|-----------|-----------|-----|--------|--------"
-          "|-------|-----|")
+    print("| tasks   | procs | kind      | change    | median ms | path        | full ms "
+          "| bal | moved  | bound  | ratio | wu  |")
+    print("|---------|-------|-----------|-----------|-----------|-------------|---------"
+          "|-----|--------|--------|-------|-----|")
     for n_tasks in sizes:
         for n_procs in args.procs:
             for stateful in kinds:

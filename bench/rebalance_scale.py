@@ -152,7 +152,7 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[s
     # idle connections are closed here before the server's header timeout (10 s) closes
     # them: a request on a connection the server is closing fails without an answer
     limits = httpx.Limits(max_connections=args.processors * 3, max_keepalive_connections=None,
-                          keepalive_expiry=5.0)
+                          keepalive_expiry=1.0)
     async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as client, \
             httpx.AsyncClient(base_url=server.url, timeout=120) as admin:
         fleet = Fleet(client)

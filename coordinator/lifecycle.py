@@ -45,11 +45,13 @@ from coordinator.job_models import VERSIONS, JobModelRepository
 from coordinator.leader import LeaderRole
 from coordinator.locality import CONFIG, DesiredConfig, TaskLocality
 from coordinator.membership import Membership, ProcessorLease
+from coordinator.model_cache import ModelCache
 from coordinator.scheduler import Scheduler
 from coordinator.store.metadata import MetadataStore
 from grouping.assignment import AssignmentParams
-from grouping.generation import GeneratedJobModel, generate_job_model
+from grouping.generation import GeneratedJobModel
 from grouping.groupers import grouper_by_name
+from grouping.incremental import JobModelGenerator
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
 from grouping.model import JobModel, SystemStreamPartition
 from grouping.shards import CONFIG_KEY as SHARDS
@@ -159,7 +161,8 @@ class Coordinator:
         self._pointer: int | None = None
         self._barrier: Barrier | None = None
         self._active: JobModel | None = None
-        self._model_cache: dict[int, JobModel] = {}
+        self._model_cache = ModelCache()
+        self._generator = JobModelGenerator()  # keeps the last models' indexes
         self._known_locality: dict[str, str] = {}
         self._pending_reasons: set[str] = set()
         # The processors this replica last reacted to. A heartbeat, poll or commit that
@@ -291,7 +294,7 @@ class Coordinator:
                 if model is not None:
                     self._latest, self._pointer = model, pointer
                     self._adopt_inputs(model)
-                    self._model_cache[version] = model
+                    self._model_cache.put(model)
                     await self._io(lambda: self._store.watch(
                         BARRIERS, f"{version:020d}", self._barrier_watch(version)))
             model = self._latest
@@ -703,7 +706,7 @@ class Coordinator:
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
         def generate() -> GeneratedJobModel:
-            generated = generate_job_model(
+            generated = self._generator.generate(
                 version, inputs, grouper_by_name(self.config.grouper), factor, processors,
                 previous=previous, task_locality=locality, task_lags=lags,
                 stateful=self.config.stateful, params=self.config.assignment,
@@ -759,7 +762,7 @@ class Coordinator:
             raise Fenced(f"job model version {version} was fenced by a newer publication")
         self._pointer = (self._pointer or 0) + 1
         self._latest, self._barrier = model, barrier
-        self._model_cache[version] = model
+        self._model_cache.put(model)
         await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
                                                  self._barrier_watch(version)))
         self.rebalances.append(RebalanceRecord(version, reason, now, seconds))
@@ -889,11 +892,12 @@ class Coordinator:
         """The job model of ``version`` (cached), or None."""
         if self._latest is not None and self._latest.version == version:
             return self._latest
-        if version in self._model_cache:
-            return self._model_cache[version]
+        cached = self._model_cache.get(version)
+        if cached is not None:
+            return cached
         found = await self._io(lambda: self._models.load(version))
         if found is not None:
-            self._model_cache[version] = found
+            self._model_cache.put(found)
         return found
 
     async def check_commit(

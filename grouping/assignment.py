@@ -872,6 +872,20 @@ _AUGMENT_SCAN = 256
 # The assignment
 
 
+@dataclass(frozen=True, slots=True)
+class AssignmentTrace:
+    """What one assignment saw and decided, indexed (for :mod:`grouping.incremental`):
+    the tasks sorted by name (task u), the live processors sorted by id (processor j),
+    the processor of each task's active copy, each task's partition group id (ids in order
+    of first appearance) and whether it is stateful."""
+
+    tasks: Sequence[TaskModel]
+    pids: Sequence[str]
+    active: Sequence[int]
+    group: Sequence[int]
+    is_stateful: Sequence[bool]
+
+
 def assign_tasks(
     tasks: Sequence[TaskModel],
     processors: Mapping[str, str],
@@ -900,11 +914,29 @@ def assign_tasks(
     Returns:
         An :class:`AssignmentResult` with one container per live processor.
     """
+    return assign_tasks_traced(
+        tasks, processors, previous=previous, task_locality=task_locality,
+        task_lags=task_lags, stateful=stateful, params=params,
+        elasticity_factor=elasticity_factor)[0]
+
+
+def assign_tasks_traced(
+    tasks: Sequence[TaskModel],
+    processors: Mapping[str, str],
+    *,
+    previous: JobModel | None = None,
+    task_locality: Mapping[str, str] | None = None,
+    task_lags: Mapping[str, Mapping[str, int]] | None = None,
+    stateful: bool | AbstractSet[str] = frozenset(),
+    params: AssignmentParams | None = None,
+    elasticity_factor: int | None = None,
+) -> tuple[AssignmentResult, AssignmentTrace | None]:
+    """:func:`assign_tasks`, and its trace (None when there is no live processor)."""
     params = params or AssignmentParams()
     w = _World(tasks, processors, previous, task_locality or {}, task_lags or {},
                stateful, params, elasticity_factor)
     if w.m == 0:
-        return AssignmentResult(MappingProxyType({}), False)
+        return AssignmentResult(MappingProxyType({}), False), None
 
     stateful_units = list(compress(range(w.n), w.is_stateful))
     stateless_units = list(compress(range(w.n), map(operator.not_, w.is_stateful)))
@@ -984,7 +1016,7 @@ def assign_tasks(
         bool(moving) or standby_moves > 0,
         frozenset((w.names[u], w.pids[j]) for u, j in warmups),
         MappingProxyType(movements),
-    )
+    ), AssignmentTrace(w.tasks, w.pids, active, w.group, w.is_stateful)
 
 
 def _own_reports(

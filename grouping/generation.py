@@ -13,7 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from grouping.assignment import AssignmentParams, AssignmentResult, assign_tasks
+from grouping.assignment import (
+    AssignmentParams,
+    AssignmentResult,
+    AssignmentTrace,
+    assign_tasks_traced,
+)
 from grouping.groupers import AllSspToSingleTask, SspGrouper, group_tasks
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR
 from grouping.lineage import PreviousAssignment
@@ -48,14 +53,14 @@ def generate_job_model(
     ``stateful`` is True (every task), False (none) or a set of task names. The job model's
     config records the elasticity factor and grouper, plus ``extra_config``.
     """
-    with _gc_paused():
-        return _generate(version, inputs, grouper, elasticity_factor, processors, previous,
-                         task_locality, task_lags, stateful, params, max_elasticity_factor,
-                         extra_config)
+    with gc_paused():
+        return generate_traced(version, inputs, grouper, elasticity_factor, processors,
+                               previous, task_locality, task_lags, stateful, params,
+                               max_elasticity_factor, extra_config)[0]
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while 100k+ acyclic tuples are made: otherwise
     it rescans the growing heap over and over (roughly halving generation time)."""
     was_enabled = gc.isenabled()
@@ -83,7 +88,7 @@ def _same_tasks(
     return [t for c in previous.containers.values() for t in c.active_tasks]
 
 
-def _generate(
+def generate_traced(
     version: int,
     inputs: Iterable[SystemStreamPartition],
     grouper: SspGrouper,
@@ -96,7 +101,9 @@ def _generate(
     params: AssignmentParams | None,
     max_elasticity_factor: int,
     extra_config: Mapping[str, Any] | None,
-) -> GeneratedJobModel:
+) -> tuple[GeneratedJobModel, AssignmentTrace | None]:
+    """:func:`generate_job_model` (without pausing the collector), and the assignment's
+    trace (None when the grouper places tasks itself or no processor is live)."""
     inputs = list(inputs)
     tasks = _same_tasks(previous, inputs, grouper, elasticity_factor) if previous else None
     if tasks is None:
@@ -108,11 +115,8 @@ def _generate(
         )
     stateful_names: bool | AbstractSet[str] = (
         stateful if isinstance(stateful, bool) else stateful & {t.name for t in tasks})
-    config = {
-        **(extra_config or {}),
-        "elasticityFactor": elasticity_factor,
-        "sspGrouper": grouper.name,
-    }
+    config = job_config(grouper, elasticity_factor, extra_config)
+    trace = None
     if isinstance(grouper, AllSspToSingleTask):
         # One task per processor by construction: it runs on the processor it is named for.
         containers = [
@@ -121,7 +125,7 @@ def _generate(
         ]
         result = AssignmentResult({c.processor_id: c for c in containers}, False)
     else:
-        result = assign_tasks(
+        result, trace = assign_tasks_traced(
             tasks, processors,
             previous=previous,
             task_locality=task_locality,
@@ -130,4 +134,16 @@ def _generate(
             params=params,
             elasticity_factor=elasticity_factor,
         )
-    return GeneratedJobModel(JobModel.of(version, config, result.containers.values()), result)
+    return (GeneratedJobModel(JobModel.of(version, config, result.containers.values()), result),
+            trace)
+
+
+def job_config(
+    grouper: SspGrouper, elasticity_factor: int, extra_config: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The job model's config: ``extra_config``, the elasticity factor and the grouper."""
+    return {
+        **(extra_config or {}),
+        "elasticityFactor": elasticity_factor,
+        "sspGrouper": grouper.name,
+    }

@@ -215,7 +215,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
         metrics = Metrics()
         async with metadata_backend(settings, engine, store_leader) as (store, leader, bind):
             coordinator = Coordinator(coordinator_config(settings), store, leader, clock,
-                                      metrics, prepare=jobmodel.prerender)
+                                      metrics, prepare=jobmodel.Prerenderer())
             app.state.settings = settings
             app.state.metadata_store = store
             app.state.checkpoints = SqlCheckpointStore(engine)
