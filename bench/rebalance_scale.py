@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,7 @@ class Fleet:
     acked_done: dict[int, float] = field(default_factory=dict)
     stopping: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
 
     async def join(self, pid: str) -> None:
         r = await self.client.post("/processors", json={"processorId": pid,
@@ -87,9 +88,16 @@ class Fleet:
         version = 0
         try:
             while pid not in self.stopping:
-                r = await self.client.get("/jobmodel", headers=lease, params={
-                    "processorId": pid, "since": version, "waitMs": 30_000})
+                try:
+                    r = await self.client.get("/jobmodel", headers=lease, params={
+                        "processorId": pid, "since": version, "waitMs": 30_000})
+                except httpx.HTTPError as e:  # counted, and the poll goes on as a worker's
+                    self.errors[f"poll {type(e).__name__}"] += 1
+                    await asyncio.sleep(0.2)
+                    continue
                 if r.status_code != 200:
+                    if r.status_code != 304:
+                        self.errors[f"poll {r.status_code}"] += 1
                     continue
                 now = time.time()
                 body = r.json()
@@ -97,18 +105,29 @@ class Fleet:
                 self.received.setdefault(version, {})[pid] = now
                 self.bytes[version] = self.bytes.get(version, 0) + len(r.content)
                 if pid in body["containers"]:
-                    a = await self.client.post(f"/jobmodel/{version}/ack", headers=lease,
-                                               json={"processorId": pid})
+                    try:
+                        a = await self.client.post(f"/jobmodel/{version}/ack", headers=lease,
+                                                   json={"processorId": pid})
+                    except httpx.HTTPError as e:
+                        self.errors[f"ack {type(e).__name__}"] += 1
+                        continue
                     if a.status_code == 200 and a.json()["barrier"] == "done":
                         self.acked_done.setdefault(version, time.time())
+                    elif a.status_code != 200:
+                        self.errors[f"ack {a.status_code}"] += 1
         finally:
             beat.cancel()
 
     async def _heartbeat(self, pid: str, lease: dict[str, str]) -> None:
         await asyncio.sleep(HEARTBEAT_S * (hash(pid) % 100) / 100)  # spread over the period
         while True:
-            with contextlib.suppress(httpx.HTTPError):
-                await self.client.post(f"/processors/{pid}/heartbeat", headers=lease, json={})
+            try:
+                r = await self.client.post(f"/processors/{pid}/heartbeat", headers=lease,
+                                           json={})
+                if r.status_code != 200:
+                    self.errors[f"heartbeat {r.status_code}"] += 1
+            except httpx.HTTPError as e:
+                self.errors[f"heartbeat {type(e).__name__}"] += 1
             await asyncio.sleep(HEARTBEAT_S)
 
 
@@ -116,11 +135,17 @@ async def settled(client: httpx.AsyncClient, members: int, since: int,
                   timeout_s: float = 600) -> dict[str, Any]:
     """The status once a version after ``since`` with ``members`` processors is done."""
     deadline = time.monotonic() + timeout_s
+    report = time.monotonic() + 15
     while time.monotonic() < deadline:
         st = (await client.get("/status")).json()
         if (st["latestVersion"] or 0) > since and st["barrier"] == "done" \
                 and len(st["tasksPerProcessor"]) == members:
             return dict(st)
+        if time.monotonic() > report:  # progress of a long wait
+            report = time.monotonic() + 15
+            print(f"    ... version {st['latestVersion']} barrier {st['barrier']} "
+                  f"{len(st['tasksPerProcessor'])}/{members} processors "
+                  f"({(st.get('lastRebalance') or {}).get('reason')})", flush=True)
         await asyncio.sleep(0.05)
     raise TimeoutError(f"no settled version after {since} within {timeout_s}s")
 
@@ -144,7 +169,8 @@ async def cycle(name: str, fleet: Fleet, admin: httpx.AsyncClient, server: Serve
            "barrierDoneS": done_at - t0, "megabytes": fleet.bytes.get(version, 0) / 1e6,
            "cpuS": cpu_seconds(server.proc.pid) - cpu0,  # type: ignore[union-attr]
            "generationS": st["lastRebalance"]["generationSeconds"]}
-    print(f"  {name:14s} " + "  ".join(f"{k} {v:.3f}" for k, v in out.items()), flush=True)
+    print(f"  {name:14s} " + "  ".join(f"{k} {v:.3f}" for k, v in out.items())
+          + f"  (client errors so far: {dict(fleet.errors) or 'none'})", flush=True)
     return out
 
 
@@ -162,7 +188,8 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[s
             await asyncio.gather(*(fleet.join(pid) for pid in ids[start:start + 100]))
         await settled(admin, len(ids), 0)
         print(f"{len(ids)} processors registered and settled in "
-              f"{time.monotonic() - started:.1f}s", flush=True)
+              f"{time.monotonic() - started:.1f}s (client errors: "
+              f"{dict(fleet.errors) or 'none'})", flush=True)
         pid = server.proc.pid  # type: ignore[union-attr]
         await asyncio.sleep(2 * HEARTBEAT_S)
         cpu0, t0 = cpu_seconds(pid), time.monotonic()

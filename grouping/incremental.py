@@ -31,6 +31,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import compress
 from types import MappingProxyType
 from typing import Any
 
@@ -384,16 +385,21 @@ class _Step:
         holds least of, then later tasks)."""
         unit_groups = list(map(self.x.group.__getitem__, units))
         held = Counter(unit_groups)
-        least_held = [-held[g] for g in unit_groups]
         count = len(units) - limit
         if stateful and free_alternative:
             # a task caught up on j alone (j reported it) has nowhere else to go
             report = self.task_lags.get(self.pids[j]) or {}
             elsewhere = [name not in report for name in map(self.x.names.__getitem__, units)]
-            keys: list[tuple[int, ...]] = list(zip(elsewhere, least_held, units, strict=True))
-        else:
-            keys = list(zip(least_held, units, strict=True))
-        return sorted(key[-1] for key in heapq.nlargest(count, keys))
+            if any(elsewhere):
+                keys = list(zip(elsewhere, [-held[g] for g in unit_groups], units,
+                                strict=True))
+                return sorted(key[-1] for key in heapq.nlargest(count, keys))
+        if count == 1:
+            # the usual case: the last task of the groups the processor holds least of
+            least = min(held.values())
+            return [max(compress(units, [held[g] == least for g in unit_groups]))]
+        pairs = list(zip([-held[g] for g in unit_groups], units, strict=True))
+        return sorted(pair[-1] for pair in heapq.nlargest(count, pairs))
 
     def _group_procs(self, orphans: list[int], stateful: bool) -> dict[int, dict[int, int]]:
         """Per partition group of an orphan, the processors holding its kept tasks of the
@@ -455,13 +461,20 @@ class _Step:
         changed.update(warm_on)
         tasks = x.tasks
         containers: dict[str, ContainerModel] = {}
+        names = x.names
         for pid in pids:
             if pid in changed:
-                copies = [tasks[u] for u in on_proc[pid]]
-                copies += [tasks[u].with_mode(TaskMode.STANDBY,
-                                              standby_task_name(x.names[u], 0))
-                           for u in warm_on.get(pid, ())]
-                containers[pid] = ContainerModel.of(pid, self.processors[pid], copies)
+                us = on_proc[pid]
+                copies = list(map(tasks.__getitem__, us))
+                warm = warm_on.get(pid)
+                if warm:
+                    copies += [tasks[u].with_mode(TaskMode.STANDBY,
+                                                  standby_task_name(names[u], 0))
+                               for u in warm]
+                    containers[pid] = ContainerModel.of(pid, self.processors[pid], copies)
+                else:  # tasks in name order: task u is the u-th by name
+                    containers[pid] = ContainerModel.of_sorted(
+                        pid, self.processors[pid], map(names.__getitem__, us), copies)
             else:
                 containers[pid] = self.previous.containers[pid]  # unchanged: shared
         result = AssignmentResult(

@@ -191,6 +191,13 @@ class ContainerModel:
             return ContainerModel(processor_id, location_id, _frozen_mapping(by_name))
         return ContainerModel(processor_id, location_id, MappingProxyType(dict(by_name)))
 
+    @staticmethod
+    def of_sorted(processor_id: str, location_id: str, names: Iterable[str],
+                  tasks: Iterable[TaskModel]) -> ContainerModel:
+        """:meth:`of` for tasks the caller already has in name order, with their names."""
+        return ContainerModel(processor_id, location_id,
+                              MappingProxyType(dict(zip(names, tasks, strict=True))))
+
     @property
     def active_tasks(self) -> tuple[TaskModel, ...]:
         """The active task models, in task-name order."""
