@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from bench.mini_http import HttpError, MiniConnection
 from tests.service.server import Server
 
 HEARTBEAT_S = 2.0
@@ -58,9 +59,11 @@ def rss_mb(pid: int) -> float:
 
 @dataclass
 class Fleet:
-    """The simulated processors: what each received and when."""
+    """The simulated processors (two keep-alive connections each: the long poll, and
+    heartbeats and acks): what each received and when."""
 
-    client: httpx.AsyncClient
+    host: str
+    port: int
     tokens: dict[str, str] = field(default_factory=dict)
     received: dict[int, dict[str, float]] = field(default_factory=dict)  # version -> pid -> t
     bytes: dict[int, int] = field(default_factory=dict)
@@ -68,71 +71,87 @@ class Fleet:
     stopping: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
+    conns: dict[str, tuple[MiniConnection, MiniConnection]] = field(default_factory=dict)
 
     async def join(self, pid: str) -> None:
-        r = await self.client.post("/processors", json={"processorId": pid,
-                                                        "locationId": f"host-{pid}"})
-        r.raise_for_status()
-        self.tokens[pid] = r.json()["leaseToken"]
+        poll, ctl = (MiniConnection(self.host, self.port), MiniConnection(self.host, self.port))
+        self.conns[pid] = (poll, ctl)
+        status, body = await ctl.request("POST", "/processors", {
+            "processorId": pid, "locationId": f"host-{pid}"})
+        if status != 201:
+            raise RuntimeError(f"registration of {pid}: {status} {body[:200]!r}")
+        self.tokens[pid] = json.loads(body)["leaseToken"]
         self.tasks[pid] = asyncio.create_task(self._run(pid))
 
     async def leave(self, pid: str) -> None:
         self.stopping.add(pid)
         self.tasks.pop(pid).cancel()
-        await self.client.delete(f"/processors/{pid}",
-                                 headers={"Coxswain-Lease-Token": self.tokens[pid]})
+        poll, ctl = self.conns.pop(pid)
+        await ctl.request("DELETE", f"/processors/{pid}",
+                          headers={"Coxswain-Lease-Token": self.tokens[pid]})
+        await ctl.aclose()
+        await poll.aclose()
+
+    async def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        for poll, ctl in self.conns.values():
+            await poll.aclose()
+            await ctl.aclose()
 
     async def _run(self, pid: str) -> None:
         lease = {"Coxswain-Lease-Token": self.tokens[pid]}
-        beat = asyncio.create_task(self._heartbeat(pid, lease))
+        poll, ctl = self.conns[pid]
+        beat = asyncio.create_task(self._heartbeat(pid, ctl, lease))
         version = 0
         try:
             while pid not in self.stopping:
                 try:
-                    r = await self.client.get("/jobmodel", headers=lease, params={
-                        "processorId": pid, "since": version, "waitMs": 30_000})
-                except httpx.HTTPError as e:  # counted, and the poll goes on as a worker's
+                    status, body = await poll.request(
+                        "GET", f"/jobmodel?processorId={pid}&since={version}&waitMs=30000",
+                        headers=lease)
+                except (HttpError, OSError) as e:  # counted; the poll goes on as a worker's
                     self.errors[f"poll {type(e).__name__}"] += 1
                     await asyncio.sleep(0.2)
                     continue
-                if r.status_code != 200:
-                    if r.status_code != 304:
-                        self.errors[f"poll {r.status_code}"] += 1
+                if status != 200:
+                    if status != 304:
+                        self.errors[f"poll {status}"] += 1
                     continue
                 now = time.time()
-                body = r.json()
-                version = body["version"]
+                model = json.loads(body)
+                version = model["version"]
                 self.received.setdefault(version, {})[pid] = now
-                self.bytes[version] = self.bytes.get(version, 0) + len(r.content)
-                if pid in body["containers"]:
+                self.bytes[version] = self.bytes.get(version, 0) + len(body)
+                if pid in model["containers"]:
                     try:
-                        a = await self.client.post(f"/jobmodel/{version}/ack", headers=lease,
-                                                   json={"processorId": pid})
-                    except httpx.HTTPError as e:
+                        status, body = await ctl.request(
+                            "POST", f"/jobmodel/{version}/ack", {"processorId": pid}, lease)
+                    except (HttpError, OSError) as e:
                         self.errors[f"ack {type(e).__name__}"] += 1
                         continue
-                    if a.status_code == 200 and a.json()["barrier"] == "done":
+                    if status == 200 and json.loads(body)["barrier"] == "done":
                         self.acked_done.setdefault(version, time.time())
-                    elif a.status_code != 200:
-                        self.errors[f"ack {a.status_code}"] += 1
+                    elif status != 200:
+                        self.errors[f"ack {status}"] += 1
         finally:
             beat.cancel()
 
-    async def _heartbeat(self, pid: str, lease: dict[str, str]) -> None:
+    async def _heartbeat(self, pid: str, ctl: MiniConnection, lease: dict[str, str]) -> None:
         await asyncio.sleep(HEARTBEAT_S * (hash(pid) % 100) / 100)  # spread over the period
         while True:
             try:
-                r = await self.client.post(f"/processors/{pid}/heartbeat", headers=lease,
-                                           json={})
-                if r.status_code != 200:
-                    self.errors[f"heartbeat {r.status_code}"] += 1
-            except httpx.HTTPError as e:
+                status, _ = await ctl.request("POST", f"/processors/{pid}/heartbeat", {},
+                                              lease)
+                if status != 200:
+                    self.errors[f"heartbeat {status}"] += 1
+            except (HttpError, OSError) as e:
                 self.errors[f"heartbeat {type(e).__name__}"] += 1
             await asyncio.sleep(HEARTBEAT_S)
 
 
 async def settled(client: httpx.AsyncClient, members: int, since: int,
-                  timeout_s: float = 600) -> dict[str, Any]:
+                  fleet: Fleet | None = None, timeout_s: float = 600) -> dict[str, Any]:
     """The status once a version after ``since`` with ``members`` processors is done."""
     deadline = time.monotonic() + timeout_s
     report = time.monotonic() + 15
@@ -145,7 +164,8 @@ async def settled(client: httpx.AsyncClient, members: int, since: int,
             report = time.monotonic() + 15
             print(f"    ... version {st['latestVersion']} barrier {st['barrier']} "
                   f"{len(st['tasksPerProcessor'])}/{members} processors "
-                  f"({(st.get('lastRebalance') or {}).get('reason')})", flush=True)
+                  f"({(st.get('lastRebalance') or {}).get('reason')}); client errors "
+                  f"{dict(fleet.errors) if fleet else '?'}", flush=True)
         await asyncio.sleep(0.05)
     raise TimeoutError(f"no settled version after {since} within {timeout_s}s")
 
@@ -156,7 +176,7 @@ async def cycle(name: str, fleet: Fleet, admin: httpx.AsyncClient, server: Serve
     cpu0 = cpu_seconds(server.proc.pid)  # type: ignore[union-attr]
     t0 = time.time()
     await action()
-    st = await settled(admin, members, before)
+    st = await settled(admin, members, before, fleet)
     observed_done = time.time()  # /status polled every 50 ms
     version = st["latestVersion"]
     published = st["lastRebalance"]["at"]
@@ -175,18 +195,14 @@ async def cycle(name: str, fleet: Fleet, admin: httpx.AsyncClient, server: Serve
 
 
 async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[str, float]]]:
-    # idle connections are closed here before the server's header timeout (10 s) closes
-    # them: a request on a connection the server is closing fails without an answer
-    limits = httpx.Limits(max_connections=args.processors * 3, max_keepalive_connections=None,
-                          keepalive_expiry=1.0)
-    async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as client, \
-            httpx.AsyncClient(base_url=server.url, timeout=120) as admin:
-        fleet = Fleet(client)
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as admin:
+        url = httpx.URL(server.url)
+        fleet = Fleet(url.host, url.port or 80)
         ids = [f"p{i:04d}" for i in range(args.processors)]
         started = time.monotonic()
         for start in range(0, len(ids), 100):
             await asyncio.gather(*(fleet.join(pid) for pid in ids[start:start + 100]))
-        await settled(admin, len(ids), 0)
+        await settled(admin, len(ids), 0, fleet)
         print(f"{len(ids)} processors registered and settled in "
               f"{time.monotonic() - started:.1f}s (client errors: "
               f"{dict(fleet.errors) or 'none'})", flush=True)
@@ -215,8 +231,7 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[s
 
             results["factor"].append(await cycle(
                 f"factor -> {factor}", fleet, admin, server, scale, len(ids)))
-        for task in fleet.tasks.values():
-            task.cancel()
+        await fleet.close()
         return results
 
 
