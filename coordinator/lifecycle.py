@@ -87,6 +87,9 @@ class CoordinatorConfig:
     poll_close_grace_s: float = 1.5
     assignment: AssignmentParams = field(default_factory=AssignmentParams)
     keep_job_models: int = 10
+    # every heartbeat written to the store (other replicas read leases there); False for
+    # the embedded store no other replica reads: renewals written half a TTL apart
+    lease_write_through: bool = True
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
 
 
@@ -148,7 +151,8 @@ class Coordinator:
         self._leader = leader
         self._clock = clock
         self._observer = observer or _NoObserver()
-        self.membership = Membership(store, clock, config.lease_ttl_s)
+        self.membership = Membership(store, clock, config.lease_ttl_s,
+                                     write_through=config.lease_write_through)
         self._models = JobModelRepository(store, config.keep_job_models)
         self._barriers = BarrierRepository(store)
         self._locality = TaskLocality(store)
@@ -492,6 +496,9 @@ class Coordinator:
             known = self._task_names(self._latest)
             task_lags = {t: lag for t, lag in task_lags.items() if t in known}
         async with self._lock:
+            renewed = self.membership.renew_cached(processor_id, token, task_lags, stats)
+            if renewed is not None:  # renewed in memory: no store write, no thread hop
+                return renewed
             return await self._io(
                 lambda: self.membership.heartbeat(processor_id, token, task_lags, stats))
 
@@ -531,6 +538,10 @@ class Coordinator:
                 or not self._leader.is_leader():
             return
         async with self._lock:
+            cached = self.membership.lease_of(processor_id)
+            if cached is not None and \
+                    cached.expires_at - self.membership.lease_ttl_s > closed_at:
+                return  # it heartbeat here since (perhaps renewed in memory only)
             lease = await self._io(lambda: self.membership.reload(processor_id))
             if lease is None:
                 return  # gone already (left, expired)

@@ -7,10 +7,12 @@ on shutdown. Nothing lives in module globals: everything hangs off ``app.state``
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI
@@ -36,6 +38,7 @@ from service.autosizer import Autosizer, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
+from service.heartbeat_shortcut import HeartbeatShortcut
 from service.metrics import Metrics
 from service.poll_shortcut import PollShortcut
 from service.routes import (
@@ -214,8 +217,14 @@ def create_app(settings: Settings, clock: Clock | None = None,
         upgrade(engine)
         metrics = Metrics()
         async with metadata_backend(settings, engine, store_leader) as (store, leader, bind):
-            coordinator = Coordinator(coordinator_config(settings), store, leader, clock,
-                                      metrics, prepare=jobmodel.Prerenderer())
+            # the embedded SQL store has this process as its only replica (the data dir's
+            # lock): nobody else reads its leases, so renewals need not be written at every
+            # heartbeat; a shared store's other replicas read them there
+            sole = (settings.metadata_backend() == "sql" and store_leader is None
+                    and sqlite_database(settings.store_url()) is not None)
+            config = replace(coordinator_config(settings), lease_write_through=not sole)
+            coordinator = Coordinator(config, store, leader, clock, metrics,
+                                      prepare=jobmodel.Prerenderer())
             app.state.settings = settings
             app.state.metadata_store = store
             app.state.checkpoints = SqlCheckpointStore(engine)
@@ -268,6 +277,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
         lifespan=lifespan,
         docs_url=None,  # service.docs serves them from packaged assets
         redoc_url=None,
+        **_without_telemetry(),
     )
     app.state.settings = settings
     app.state.templates = templates()
@@ -275,10 +285,20 @@ def create_app(settings: Settings, clock: Clock | None = None,
     install_docs(app)
     for module in (health, processors, jobmodel, checkpoints, scale, status, autosize, page):
         app.include_router(module.router)
+    app.add_middleware(HeartbeatShortcut)  # inside the body limit: gets the whole body
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
                        read_timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(PollShortcut)
     return app
+
+
+def _without_telemetry() -> dict[str, Any]:
+    """FastAPI's native OpenTelemetry off (where this FastAPI has it): it looks for
+    configured providers on every request, tens of microseconds each at 500 heartbeats a
+    second, and Coxswain exports Prometheus metrics instead."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
 
 
 class BodyLimit:
@@ -307,7 +327,9 @@ class BodyLimit:
         more = True
         while more:
             try:
-                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+                # a timeout scope, not wait_for: no task per request
+                async with asyncio.timeout(self.read_timeout_s):
+                    message = await receive()
             except TimeoutError:
                 await _refuse(scope, receive, send, 408, "request_timeout",
                               f"request body not received within {self.read_timeout_s:g}s")
