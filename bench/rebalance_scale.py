@@ -247,7 +247,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-rebalance-scale-"))
     server = Server(root, [
         "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor", str(args.factor),
-        "--max-elasticity-factor", "64", "--debounce-ms", "200", "--lease-ttl-ms", "60000",
+        "--max-elasticity-factor", "64", "--debounce-ms", "200",
         "--barrier-timeout-ms", "120000", "--heartbeat-interval-ms",
         str(int(HEARTBEAT_S * 1000)), "--log-level", "WARNING"]).start(timeout_s=60)
     try:

@@ -50,6 +50,15 @@ class Barrier:
             return replace(self, acked=acked, state=BarrierState.DONE, ended_at=now)
         return replace(self, acked=acked)
 
+    def ack_many(self, processor_ids: frozenset[str], now: float) -> Barrier:
+        """:meth:`ack` of each of ``processor_ids`` (participants), in one step."""
+        if self.state is not BarrierState.PENDING or processor_ids <= self.acked:
+            return self
+        acked = self.acked | processor_ids
+        if acked >= self.participants:
+            return replace(self, acked=acked, state=BarrierState.DONE, ended_at=now)
+        return replace(self, acked=acked)
+
     def time_out(self, now: float) -> Barrier:
         """The barrier after its timeout passed (only a pending one changes)."""
         if self.state is not BarrierState.PENDING:

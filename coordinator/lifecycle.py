@@ -30,16 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from checkpoint.model import ResetPolicy
+from coordinator.ack_group import AckGroup
 from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import Clock
 from coordinator.errors import (
     CoordinatorError,
     Fenced,
-    NotAParticipant,
     NotLeader,
     StoreUnavailable,
-    UnknownJobModelVersion,
 )
 from coordinator.job_models import VERSIONS, JobModelRepository
 from coordinator.leader import LeaderRole
@@ -155,6 +154,7 @@ class Coordinator:
                                      write_through=config.lease_write_through)
         self._models = JobModelRepository(store, config.keep_job_models)
         self._barriers = BarrierRepository(store)
+        self._acks = AckGroup(self._write_acks)  # acks written together (group commit)
         self._locality = TaskLocality(store)
         self._desired = DesiredConfig(store)
         self._scheduler: Scheduler | None = None
@@ -162,6 +162,7 @@ class Coordinator:
         self._generation = asyncio.Lock()  # one job model generation at a time
         self._changed = asyncio.Event()
         self._signalled: tuple[object, object] = (None, None)  # what the waiters last saw
+        self._sweep_due = float("inf")  # when the next lease sweep should run (monotonic)
         self._latest: JobModel | None = None
         self._pointer: int | None = None
         self._barrier: Barrier | None = None
@@ -584,8 +585,18 @@ class Coordinator:
                     self._store_lost_at = None
                     self._lead_since = self._clock.now()
                 expired: list[str] = []
+                # A sweep that runs a heartbeat interval late found this process stalled
+                # (a long pause, a starved event loop): the heartbeats of that time are
+                # still unread in their sockets, so no lease expires before they are read
+                # (the next sweep, on time, expires the ones that really ran out).
+                late = self._clock.monotonic() - self._sweep_due
+                stalled = late > self.config.heartbeat_interval_s
+                if stalled and self._leader.is_leader():
+                    log.warning("lease sweep %.1fs late (this coordinator was stalled): "
+                                "expiring no lease before the heartbeats of that time are "
+                                "read", late, extra={"reason": "sweep_late"})
                 # a new leader grants a full TTL first: see _take_lead
-                if self._leader.is_leader() and \
+                if self._leader.is_leader() and not stalled and \
                         self._clock.now() >= self._lead_since + self.config.lease_ttl_s:
                     expired = self.membership.expired()
                     if expired:
@@ -629,6 +640,7 @@ class Coordinator:
         expiry = self.membership.next_expiry()
         if expiry is not None and self._leader.is_leader():
             interval = min(interval, max(0.02, expiry - self._clock.now() + 0.01))
+        self._sweep_due = self._clock.monotonic() + interval
         self._schedule("lease-sweep", interval, self._sweep)
 
     # ------------------------------------------------------------------ triggers
@@ -830,23 +842,19 @@ class Coordinator:
 
     async def ack(self, version: int, processor_id: str) -> BarrierState:
         """A processor acknowledges ``version`` (it stopped and committed what it loses).
-        Any replica takes acks: the barrier is updated in the store by compare-and-set."""
+        Any replica takes acks: the barrier is updated in the store by compare-and-set,
+        with the acks that arrived meanwhile (:class:`AckGroup`)."""
+        updated = await self._acks.ack(version, processor_id)
         async with self._lock:
-            now = self._clock.now()
-
-            def acked(b: Barrier) -> Barrier:
-                if processor_id not in b.participants:
-                    raise NotAParticipant(
-                        f"processor {processor_id!r} is not part of version {version}")
-                return b.ack(processor_id, now)
-
-            updated = await self._io(lambda: self._barriers.update(version, acked))
-            if updated is None:
-                raise UnknownJobModelVersion(f"no job model version {version}")
             latest = self._latest
             if latest is None or latest.version != version:
                 return updated.state  # superseded (or not seen here yet)
-            changed = updated != self._barrier
+            current = self._barrier
+            if current is not None and current.version == version and (
+                    current.state is not BarrierState.PENDING
+                    or len(current.acked) > len(updated.acked)):
+                return current.state  # a later write of this barrier was seen already
+            changed = updated != current
             self._barrier = updated
             if updated.state is BarrierState.DONE and (
                     self._active is None or self._active.version < version):
@@ -857,6 +865,22 @@ class Coordinator:
             if changed:
                 self._notify()
             return updated.state
+
+    async def _write_acks(self, version: int, processor_ids: list[str]
+                          ) -> tuple[Barrier | None, frozenset[str]]:
+        """Store the acks of ``processor_ids`` in ``version``'s barrier (those that are
+        its participants); returns the stored barrier and the others."""
+        now = self._clock.now()
+        ids = frozenset(processor_ids)
+        strangers: frozenset[str] = frozenset()
+
+        def acked(b: Barrier) -> Barrier:
+            nonlocal strangers
+            strangers = ids - b.participants
+            return b.ack_many(ids - strangers, now)
+
+        updated = await self._io(lambda: self._barriers.update(version, acked))
+        return updated, strangers
 
     async def _barrier_done(self, barrier: Barrier) -> None:
         model = self._latest
