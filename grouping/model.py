@@ -180,6 +180,10 @@ class ContainerModel:
     processor_id: str
     location_id: str
     tasks: Mapping[str, TaskModel] = field(default_factory=lambda: MappingProxyType({}))
+    # (active, standby) copies, split on first use: counted on every publication and
+    # status request, for 100k tasks; the container never changes, so they stay valid
+    _split: tuple[tuple[TaskModel, ...], tuple[TaskModel, ...]] | None = field(
+        default=None, init=False, compare=False, repr=False)
 
     @staticmethod
     def of(processor_id: str, location_id: str, tasks: Iterable[TaskModel]) -> ContainerModel:
@@ -201,12 +205,25 @@ class ContainerModel:
     @property
     def active_tasks(self) -> tuple[TaskModel, ...]:
         """The active task models, in task-name order."""
-        return tuple(t for t in self.tasks.values() if t.mode is TaskMode.ACTIVE)
+        return self._modes()[0]
 
     @property
     def standby_tasks(self) -> tuple[TaskModel, ...]:
         """The standby (and warm-up) task models, in task-name order."""
-        return tuple(t for t in self.tasks.values() if t.mode is TaskMode.STANDBY)
+        return self._modes()[1]
+
+    def _modes(self) -> tuple[tuple[TaskModel, ...], tuple[TaskModel, ...]]:
+        split = self._split
+        if split is None:
+            tasks = tuple(self.tasks.values())
+            active = TaskMode.ACTIVE
+            if all(t.mode is active for t in tasks):  # the usual container
+                split = (tasks, ())
+            else:
+                split = (tuple(t for t in tasks if t.mode is active),
+                         tuple(t for t in tasks if t.mode is not active))
+            object.__setattr__(self, "_split", split)  # a cache, not a change
+        return split
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,9 +193,60 @@ def job_model_from_json(data: Any, version: int | None = None) -> JobModel:
     return JobModel.of(found, config, containers)
 
 
+#: The memo key of a model's container JSON texts (processor id -> text).
+CONTAINER_JSON = "container-json"
+
+
+def container_json_text(container: ContainerModel) -> str:
+    """A container's compact JSON (API.md form), in its tasks' order."""
+    return json.dumps(container_model_to_json(container), separators=(",", ":"))
+
+
+def container_texts(model: JobModel) -> Mapping[str, str]:
+    """Each container's JSON text, rendered once per model (memoised on it; a
+    :class:`ContainerJson` may have rendered it already, reusing unchanged containers)."""
+    return model.memo(CONTAINER_JSON,
+                      lambda m: {pid: container_json_text(c) for pid, c in m.containers.items()})
+
+
+class ContainerJson:
+    """Container JSON texts for a leader's successive models: a container object the new
+    model shares with the one rendered before (incremental generation keeps every
+    unchanged one) reuses its text, so a leave or join renders a few containers, not the
+    100k tasks of all of them. Both the store's copy and the API's answers use them."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[ContainerModel, str]] = {}
+
+    def of(self, model: JobModel) -> Mapping[str, str]:
+        """:func:`container_texts` of ``model``, reusing the previous model's texts."""
+        return model.memo(CONTAINER_JSON, self._render)
+
+    def _render(self, model: JobModel) -> dict[str, str]:
+        last = self._last
+        texts: dict[str, str] = {}
+        kept: dict[int, tuple[ContainerModel, str]] = {}
+        for pid, container in model.containers.items():
+            found = last.get(id(container))
+            # the identity check: an id may be reused once its container is gone
+            text = found[1] if found is not None and found[0] is container \
+                else container_json_text(container)
+            texts[pid] = text
+            kept[id(container)] = (container, text)
+        self._last = kept
+        return texts
+
+
 def job_model_to_bytes(model: JobModel) -> bytes:
-    """Compact, key-sorted UTF-8 JSON: equal models give equal bytes."""
-    return json.dumps(job_model_to_json(model), separators=(",", ":"), sort_keys=True).encode()
+    """Compact UTF-8 JSON (top-level keys sorted, containers by processor id, tasks by
+    name): equal models give equal bytes. Built from :func:`container_texts`, so a model
+    whose containers were rendered for the API is not rendered again."""
+    texts = container_texts(model)
+    containers = ",".join(json.dumps(pid) + ":" + texts[pid] for pid in sorted(texts))
+    return ('{"config":' + json.dumps(dict(model.config), separators=(",", ":"),
+                                      sort_keys=True)
+            + ',"containers":{' + containers + '},"version":' + str(model.version)
+            + "}").encode()
 
 
 def job_model_from_bytes(raw: bytes, version: int | None = None) -> JobModel:

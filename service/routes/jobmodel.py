@@ -12,8 +12,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from coordinator.barrier import BarrierState
 from coordinator.lifecycle import Coordinator
-from grouping.model import ContainerModel, JobModel
-from grouping.serde import container_model_to_json
+from grouping.model import JobModel
+from grouping.serde import ContainerJson, container_texts
 from service import deps
 from service.auth import LEASE_TOKEN_HEADER, AuthFirstRoute, require_worker
 from service.errors import ApiError
@@ -124,12 +124,8 @@ class _Rendered:
 def _render_containers(model: JobModel) -> _Rendered:
     """Container JSON of a version, rendered once: a 100k-task model is megabytes of JSON,
     and every worker fetches it (or its own part) after each publication."""
-    parts = {pid: _container_json(c) for pid, c in model.containers.items()}
+    parts = dict(container_texts(model))
     return _Rendered(_join(parts), parts)
-
-
-def _container_json(container: ContainerModel) -> str:
-    return json.dumps(container_model_to_json(container), separators=(",", ":"))
 
 
 def _join(parts: dict[str, str]) -> str:
@@ -137,29 +133,18 @@ def _join(parts: dict[str, str]) -> str:
 
 
 class Prerenderer:
-    """:func:`prerender` for the leader's successive versions: a container the new version
-    shares with the one rendered before (incremental generation keeps every unchanged
-    container object) reuses its JSON, so a leave or join renders a few containers, not
-    the 100k tasks of all of them."""
+    """:func:`prerender` for the leader's successive versions: containers the new version
+    shares with the one rendered before reuse their JSON (:class:`ContainerJson`), which
+    the store's copy of the model then reuses too."""
 
     def __init__(self) -> None:
-        self._last: dict[int, tuple[ContainerModel, str]] = {}
+        self._texts = ContainerJson()
 
     def __call__(self, model: JobModel) -> _Rendered:
         return model.memo("api-json", self._render)
 
     def _render(self, model: JobModel) -> _Rendered:
-        last = self._last
-        parts: dict[str, str] = {}
-        kept: dict[int, tuple[ContainerModel, str]] = {}
-        for pid, container in model.containers.items():
-            found = last.get(id(container))
-            # the identity check: an id may be reused once its container is gone
-            text = found[1] if found is not None and found[0] is container \
-                else _container_json(container)
-            parts[pid] = text
-            kept[id(container)] = (container, text)
-        self._last = kept
+        parts = dict(self._texts.of(model))
         return _Rendered(_join(parts), parts)
 
 

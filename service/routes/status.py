@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coordinator.lifecycle import Coordinator
 from grouping.measures import balance
+from grouping.model import JobModel
 from service import deps
 from service.auth import AuthFirstRoute
 from service.metrics import Metrics
@@ -25,24 +26,26 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
     live = coordinator.membership.live()
     lags = coordinator.membership.task_lags()
     stats = coordinator.membership.stats()
+    counts = latest.memo("status-counts", _counts) if latest else {}
     processors = []
     for pid, lease in sorted(live.items()):
-        container = latest.containers.get(pid) if latest else None
+        active_count, standby_count = counts.get(pid, (0, 0))
         processors.append({
             "processorId": pid,
             "locationId": lease.location_id,
             "host": lease.host,
             "leaseExpiresAt": lease.expires_at,
-            "activeTasks": len(container.active_tasks) if container else 0,
-            "standbyTasks": len(container.standby_tasks) if container else 0,
+            "activeTasks": active_count,
+            "standbyTasks": standby_count,
             "stats": stats.get(pid, {}),
         })
     lag_per_task: dict[str, int] = {}
     if latest is not None:
-        owner = latest.active_owner()
-        for task, pid in owner.items():
-            if task in lags.get(pid, {}):
-                lag_per_task[task] = lags[pid][task]
+        owner = latest.memo("owners", lambda m: m.active_owner())  # not copied per call
+        for pid, report in lags.items():
+            for task, lag in report.items():
+                if owner.get(task) == pid:
+                    lag_per_task[task] = lag
     last = coordinator.last_rebalance
     monitors = [m for m in (getattr(request.app.state, "partition_monitor", None),
                             getattr(request.app.state, "shard_monitor", None)) if m is not None]
@@ -60,10 +63,9 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
         "elasticityFactor": coordinator.elasticity_factor(),
         "inputPartitions": len(coordinator.inputs),
         "processors": processors,
-        "tasksPerProcessor": {pid: len(c.active_tasks)
-                              for pid, c in (latest.containers.items() if latest else [])},
+        "tasksPerProcessor": {pid: active_count for pid, (active_count, _) in counts.items()},
         "lagPerTask": lag_per_task,
-        "balance": balance(latest) if latest else 0,
+        "balance": latest.memo("balance", balance) if latest else 0,
         "probingRebalanceWanted": coordinator.probing_wanted(),
         "monitoredInputs": inputs,
         "lastRebalance": None if last is None else {
@@ -76,3 +78,9 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
 async def metrics(stats: Annotated[Metrics, Depends(deps.metrics)]) -> Response:
     """Prometheus text format."""
     return Response(generate_latest(stats.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _counts(model: JobModel) -> dict[str, tuple[int, int]]:
+    """processor id -> (active, standby) task counts, once per model (status is polled)."""
+    return {pid: (len(c.active_tasks), len(c.standby_tasks))
+            for pid, c in model.containers.items()}

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from grouping.errors import JobModelFormatError
 from grouping.model import ContainerModel, JobModel, SystemStreamPartition, TaskMode, TaskModel
 from grouping.serde import (
+    ContainerJson,
     job_model_from_bytes,
     job_model_from_json,
     job_model_to_bytes,
@@ -122,3 +123,14 @@ def test_version_in_body_must_agree_with_caller() -> None:
     body = json.dumps({"version": 2, "containers": {}}).encode()
     with pytest.raises(JobModelFormatError, match="body says 2"):
         job_model_from_bytes(body, version=3)
+
+
+def test_stored_bytes_are_the_api_json_of_the_model_whoever_rendered_its_containers() -> None:
+    model = JobModel.of(3, {"b": 1, "a": [2]}, [
+        ContainerModel.of("w2", "h2", [TaskModel("T1", (SystemStreamPartition("k", "s", 1),), 1)]),
+        ContainerModel.of("w1", "h1", [TaskModel("T0", (SystemStreamPartition("k", "s", 0),), 0)])])
+    plain = job_model_to_bytes(model)
+    assert json.loads(plain) == job_model_to_json(model)
+    again = JobModel(model.version, model.config, model.containers)
+    ContainerJson().of(again)  # rendered for the API first, then stored
+    assert job_model_to_bytes(again) == plain
