@@ -15,10 +15,10 @@ Run: python -m bench.rebalance_scale [--processors 1000] [--partitions 25000] [-
 Targets: beyond the debounce, < 1 s to barrier done for a leave or a join; heartbeats of
 1000 processors every 2 s cost under 25% of one core.
 
-Status (2026-11-23): runs at 50 processors; at 1000 it does not complete yet: requests of
-the registration phase fail with connection resets (``httpx.ReadError``) with nothing in
-the coordinator's log; the cause (the simulated fleet's client, the server's accept
-backlog or its header timeout) is still to be found.
+The fleet uses a minimal keep-alive HTTP client (``bench/mini_http.py``): with httpx the
+simulating process saturated its core and its late heartbeats cost leases. Every failed
+request is counted and printed; a run with errors measures the fleet, not the coordinator.
+Figures: bench/RESULTS.md.
 """
 
 from __future__ import annotations

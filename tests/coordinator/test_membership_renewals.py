@@ -11,19 +11,9 @@ from coordinator.errors import Fenced, UnknownProcessor
 from coordinator.membership import NAMESPACE, Membership, ProcessorLease
 from coordinator.store.sql import SqlMetadataStore
 from service.database import make_engine, upgrade
+from tests.coordinator.fake_clock import FakeClock
 
 TTL = 9.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_000.0
-
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
 
 
 class CountingStore(SqlMetadataStore):

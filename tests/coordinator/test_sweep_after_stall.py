@@ -11,17 +11,7 @@ from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_000.0
-
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
+from tests.coordinator.fake_clock import FakeClock
 
 
 async def _scenario(tmp_path: Path) -> tuple[bool, bool, bool]:

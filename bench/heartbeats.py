@@ -1,0 +1,94 @@
+"""Coordinator CPU spent on heartbeats alone (issue #17): ``--processors`` keep-alive clients
+register with one coordinator on SQLite (the embedded default, default lease TTL) and
+heartbeat every ``--interval-s``, spread over the interval; the coordinator's CPU seconds
+over ``--seconds`` divided by the wall time, and per heartbeat.
+
+Run: python -m bench.heartbeats [--processors 1000] [--interval-s 2] [--seconds 15]
+Target: 1000 processors every 2 s under 25% of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.mini_http import MiniConnection
+from bench.rebalance_scale import cpu_seconds
+from tests.service.server import Server
+
+
+async def measure(server: Server, processors: int, interval_s: float,
+                  seconds: float) -> tuple[float, float]:
+    """(heartbeats per second, coordinator CPU seconds per wall second)."""
+    assert server.proc is not None
+    conns = [MiniConnection("127.0.0.1", server.port) for _ in range(processors)]
+    tokens = []
+    for i, conn in enumerate(conns):
+        status, body = await conn.request("POST", "/processors", {
+            "processorId": f"p{i:04d}", "locationId": f"h{i}"})
+        if status != 201:
+            raise RuntimeError(f"registration: {status} {body[:200]!r}")
+        tokens.append(json.loads(body)["leaseToken"])
+    count = 0
+    failed = 0
+
+    async def beat(i: int) -> None:
+        nonlocal count, failed
+        await asyncio.sleep(interval_s * i / processors)
+        while True:
+            status, _ = await conns[i].request(
+                "POST", f"/processors/p{i:04d}/heartbeat", {},
+                {"Coxswain-Lease-Token": tokens[i]})
+            if status == 200:
+                count += 1
+            else:
+                failed += 1
+            await asyncio.sleep(interval_s)
+
+    beats = [asyncio.create_task(beat(i)) for i in range(processors)]
+    await asyncio.sleep(interval_s + 3)  # past the first generations and every first beat
+    cpu0, n0, t0 = cpu_seconds(server.proc.pid), count, time.monotonic()
+    await asyncio.sleep(seconds)
+    wall = time.monotonic() - t0
+    share = (cpu_seconds(server.proc.pid) - cpu0) / wall
+    rate = (count - n0) / wall
+    for task in beats:
+        task.cancel()
+    for conn in conns:
+        await conn.aclose()
+    if failed:
+        raise RuntimeError(f"{failed} heartbeats were refused")
+    return rate, share
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--processors", type=int, default=1000)
+    p.add_argument("--interval-s", type=float, default=2.0)
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--partitions", type=int, default=25_000)
+    args = p.parse_args()
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="bench-heartbeats-"))
+    server = Server(root, [
+        "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor", "4",
+        "--heartbeat-interval-ms", str(int(args.interval_s * 1000)),
+        "--log-level", "WARNING"]).start(timeout_s=60)
+    try:
+        rate, share = asyncio.run(measure(server, args.processors, args.interval_s,
+                                          args.seconds))
+    finally:
+        server.stop()
+    print(f"{args.processors} processors every {args.interval_s:g}s: {rate:.0f} heartbeats/s, "
+          f"coordinator CPU {share * 100:.1f}% of one core, "
+          f"{share / rate * 1000:.2f} ms per heartbeat")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
