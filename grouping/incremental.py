@@ -39,10 +39,9 @@ from grouping.assignment import (
     AssignmentParams,
     AssignmentResult,
     AssignmentTrace,
-    _LoadQueue,
-    _Slots,
     window_targets,
 )
+from grouping.assignment.slots import LoadQueue, Slots
 from grouping.generation import GeneratedJobModel, gc_paused, generate_traced, job_config
 from grouping.groupers import AllSspToSingleTask, SspGrouper
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR
@@ -284,13 +283,13 @@ class _Step:
         return [u for u in us if flags[u] is stateful]
 
     def _place_class(self, stateful: bool, total: int, base: list[int]) -> dict[int, int]:
-        """As assignment's _Placer.run for the class; returns task -> processor index for
+        """As assignment's Placer.run for the class; returns task -> processor index for
         the tasks placed again (the others stay with their owner)."""
         x, m = self.x, self.m
         keep = self._class_counts(stateful)
         targets = window_targets(keep, base, total, self.params.balance_factor)
         floor, cap, pool = targets.floor, targets.cap, targets.pool
-        slots = _Slots(targets, base)
+        slots = Slots(targets, base)
         orphans: list[int] = []
         room = [keep[j] < floor[j] or (pool > 0 and keep[j] < cap[j]) for j in range(m)]
         room_count = sum(room)
@@ -307,13 +306,13 @@ class _Step:
             orphans.extend(self._units_on(pid, stateful))
         orphans.sort()
         load = slots.load
-        all_queue = _LoadQueue(range(m), load)
+        all_queue = LoadQueue(range(m), load)
         # per location, built on first use from the loads of the moment: the same queue
         # as one built now and kept up to date (entries of stale loads are skipped)
-        loc_queue: dict[str, _LoadQueue] = {}
+        loc_queue: dict[str, LoadQueue] = {}
         by_loc: dict[str, list[int]] | None = None
 
-        def queue_at(loc: str) -> _LoadQueue | None:
+        def queue_at(loc: str) -> LoadQueue | None:
             nonlocal by_loc
             if by_loc is None:
                 by_loc = {}
@@ -322,7 +321,7 @@ class _Step:
             if loc not in by_loc:
                 return None
             if loc not in loc_queue:
-                loc_queue[loc] = _LoadQueue(by_loc[loc], load)
+                loc_queue[loc] = LoadQueue(by_loc[loc], load)
             return loc_queue[loc]
         group_procs = self._group_procs(orphans, stateful)
         placed: dict[int, int] = {}

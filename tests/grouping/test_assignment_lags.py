@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grouping.assignment import AssignmentParams, _World
+from grouping.assignment import AssignmentParams
+from grouping.assignment.world import World
 from grouping.generation import generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.lineage import PreviousAssignment
@@ -94,7 +95,7 @@ def test_lineage_stickiness_and_lags_follow_their_definitions(
                    for pid in PROCS}
     live = {pid: loc for pid, loc in PROCS.items() if pid != lost}
     tasks = list(new.active_tasks().values())
-    world = _World(tasks, live, previous, {}, reports, True, AssignmentParams(), after)
+    world = World(tasks, live, previous, {}, reports, True, AssignmentParams(), after)
     index = PreviousAssignment.of(previous)
     pids = sorted(live)
     for u, task in enumerate(world.tasks):
@@ -117,7 +118,7 @@ def test_a_merged_task_is_as_far_behind_as_its_furthest_child() -> None:
     # p0 holds state of every old bucket; bucket 0 of each partition is far behind
     reports = {"p0": {n: 50_000 if n.endswith("_0_4") else -3
                       for n in previous.active_tasks()}}
-    world = _World(list(new.active_tasks().values()), PROCS, previous, {}, reports, True,
+    world = World(list(new.active_tasks().values()), PROCS, previous, {}, reports, True,
                    AssignmentParams(), 2)
     lags = {t.name: world.lag_of[u] for u, t in enumerate(world.tasks)}
     assert lags == {"Partition 0_0_2": {0: 50_000}, "Partition 0_1_2": {0: 0},

@@ -1,0 +1,261 @@
+"""The assignment: stateful actives, standbys and warm-ups, then stateless actives."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import compress
+from types import MappingProxyType
+
+from grouping.assignment.params import AssignmentParams, AssignmentResult, AssignmentTrace
+from grouping.assignment.placer import Placer
+from grouping.assignment.world import World
+from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
+from grouping.task_names import standby_task_name
+
+
+def assign_tasks(
+    tasks: Sequence[TaskModel],
+    processors: Mapping[str, str],
+    *,
+    previous: JobModel | None = None,
+    task_locality: Mapping[str, str] | None = None,
+    task_lags: Mapping[str, Mapping[str, int]] | None = None,
+    stateful: bool | AbstractSet[str] = frozenset(),
+    params: AssignmentParams | None = None,
+    elasticity_factor: int | None = None,
+) -> AssignmentResult:
+    """Assign active (and standby) copies of ``tasks`` to the live ``processors``.
+
+    Args:
+        tasks: the active task models of the new job model (names unique).
+        processors: live processor id -> location id.
+        previous: the previous job model (stickiness, standby holders, lineage).
+        task_locality: task name -> location id where it last ran.
+        task_lags: processor id -> {task name: lag in offsets}, as reported in heartbeats;
+            a task a processor holds no state for is absent (unknown = not caught up).
+        stateful: names of the tasks that have local state (True: every task).
+        params: KIP-441 parameters.
+        elasticity_factor: the factor ``tasks`` were grouped with (default: read from
+            their names), used to follow lineage from the previous model.
+
+    Returns:
+        An :class:`AssignmentResult` with one container per live processor.
+    """
+    return assign_tasks_traced(
+        tasks, processors, previous=previous, task_locality=task_locality,
+        task_lags=task_lags, stateful=stateful, params=params,
+        elasticity_factor=elasticity_factor)[0]
+
+
+def assign_tasks_traced(
+    tasks: Sequence[TaskModel],
+    processors: Mapping[str, str],
+    *,
+    previous: JobModel | None = None,
+    task_locality: Mapping[str, str] | None = None,
+    task_lags: Mapping[str, Mapping[str, int]] | None = None,
+    stateful: bool | AbstractSet[str] = frozenset(),
+    params: AssignmentParams | None = None,
+    elasticity_factor: int | None = None,
+) -> tuple[AssignmentResult, AssignmentTrace | None]:
+    """:func:`assign_tasks`, and its trace (None when there is no live processor)."""
+    params = params or AssignmentParams()
+    w = World(tasks, processors, previous, task_locality or {}, task_lags or {},
+               stateful, params, elasticity_factor)
+    if w.m == 0:
+        return AssignmentResult(MappingProxyType({}), False), None
+
+    stateful_units = list(compress(range(w.n), w.is_stateful))
+    stateless_units = list(compress(range(w.n), map(operator.not_, w.is_stateful)))
+    target = [-1] * w.n
+    active_load = [0] * w.m
+
+    # 1. Stateful actives: balanced, lag-aware target; actives only on caught-up processors.
+    if stateful_units:
+        placer = Placer(w, stateful_units, [w.sticky[u] for u in stateful_units],
+                         [0] * w.m, lag_aware=True)
+        place = placer.run()
+        for u, j in zip(stateful_units, place, strict=True):
+            target[u] = j
+        for j, count in Counter(place).items():
+            active_load[j] = count
+    # actives stay on their target where it is caught up; the others move there later
+    active = target[:]
+    good = w.good
+    moving = [u for u in stateful_units
+              if (good_u := good[u]) is not None and target[u] not in good_u]
+    for u in moving:
+        active[u] = -1
+        active_load[target[u]] -= 1
+    # warm-ups already under way first, then the tasks with the fewest caught-up choices
+    moving.sort(key=lambda u: (_state_at_target(w, u, target[u]), _n_good(w, u), u))
+    for u in moving:
+        active[u] = _best_caught_up(w, u, active_load)
+        active_load[active[u]] += 1
+
+    # 2. Standbys for stateful tasks, then warm-ups for the moves the targets want.
+    # only tasks with standby or warm-up copies have an entry (most have none)
+    standbys: dict[int, list[int]] = (
+        {u: [] for u in stateful_units} if params.num_standbys > 0 else {})
+    warmups: set[tuple[int, int]] = set()
+    budget = params.max_warmup_replicas
+    movements: dict[str, str] = {}
+    for u in moving:
+        movements[w.names[u]] = w.pids[target[u]]
+    if params.num_standbys > 0 and stateful_units:
+        _place_standbys(w, stateful_units, active, target, standbys)
+    for u in moving:
+        wanted = min(params.num_standbys, w.m - 1)
+        if len(standbys.get(u, ())) < wanted:
+            standbys.setdefault(u, []).append(target[u])  # the warm-up doubles as a standby
+        elif budget > 0:
+            budget -= 1
+            warmups.add((u, target[u]))
+    standby_moves = 0
+    if params.num_standbys > 0:
+        for u in stateful_units:
+            for idx, j in enumerate(list(standbys[u])):
+                if w.rank(u, j) == 0 or j == target[u]:
+                    continue
+                holders = {active[u], target[u], *standbys[u]}
+                holders.update(j2 for u2, j2 in warmups if u2 == u)
+                rank_j = w.rank(u, j)
+                better = [q for q in w.lag_of[u] if q not in holders and w.rank(u, q) < rank_j]
+                if not better:
+                    continue
+                standby_moves += 1
+                q = min(better, key=lambda q: (w.rank(u, q), q))
+                standbys[u][idx] = q
+                if budget > 0:
+                    budget -= 1
+                    warmups.add((u, j))
+
+    # 3. Stateless actives, balanced on top of the stateful load.
+    if stateless_units:
+        placer = Placer(w, stateless_units, [w.sticky[u] for u in stateless_units],
+                         active_load, lag_aware=False)
+        for u, j in zip(stateless_units, placer.run(), strict=True):
+            active[u] = j
+
+    containers = _containers(w, active, standbys, warmups)
+    return AssignmentResult(
+        containers,
+        bool(moving) or standby_moves > 0,
+        frozenset((w.names[u], w.pids[j]) for u, j in warmups),
+        MappingProxyType(movements),
+    ), AssignmentTrace(w.tasks, w.pids, active, w.group, w.is_stateful)
+
+
+
+def _n_good(w: World, u: int) -> int:
+    good = w.good[u]
+    return w.m if good is None else len(good)
+
+
+def _state_at_target(w: World, u: int, j: int) -> bool:
+    """False first: a target that already holds some state continues its warm-up first."""
+    return j not in w.lag_of[u]
+
+
+def _best_caught_up(w: World, u: int, active_load: list[int]) -> int:
+    """The caught-up processor for u's active: previous owner, then location, then load."""
+    good = w.good[u]
+    assert good is not None
+    sticky, loc = w.sticky[u], w.locality[u]
+    if sticky in good:
+        return sticky
+    return min(good, key=lambda q: (w.location[q] != loc, active_load[q], q))
+
+
+def _place_standbys(
+    w: World,
+    stateful_units: list[int],
+    active: list[int],
+    target: list[int],
+    standbys: dict[int, list[int]],
+) -> None:
+    """num_standbys copies per stateful task, balanced, sticky to processors with state."""
+    unit_task: list[int] = []
+    sticky: list[int] = []
+    for u in stateful_units:
+        blocked = {active[u], target[u]}
+        copies = min(w.params.num_standbys, w.m - len(blocked))
+        holders = _state_holders(w, u, blocked, copies) if copies > 0 else []
+        for r in range(max(0, copies)):
+            unit_task.append(u)
+            sticky.append(holders[r] if r < len(holders) else -1)
+    if not unit_task:
+        return
+    copies_of: dict[int, set[int]] = {u: {active[u], target[u]} for u in stateful_units}
+
+    def excluded(k: int, j: int) -> bool:
+        return j in copies_of[unit_task[k]]
+
+    def exclusions(k: int) -> Sequence[int]:
+        u = unit_task[k]
+        return [active[u], target[u]]
+
+    def avoid(k: int) -> AbstractSet[str]:
+        return {w.location[j] for j in copies_of[unit_task[k]]}
+
+    def placed(k: int, j: int) -> None:
+        copies_of[unit_task[k]].add(j)
+
+    def removed(k: int, j: int) -> None:
+        copies_of[unit_task[k]].discard(j)
+
+    placer = Placer(w, unit_task, sticky, [0] * w.m, lag_aware=False,
+                     excluded=excluded, exclusions=exclusions, avoid_locations=avoid,
+                     group_cohesion=False, on_place=placed, on_remove=removed,
+                     prefer_state=True)
+    for k, j in enumerate(placer.run()):
+        standbys[unit_task[k]].append(j)
+
+
+def _state_holders(w: World, u: int, blocked: AbstractSet[int], count: int) -> list[int]:
+    """Up to ``count`` processors that held a copy of u (or its lineage) before: most
+    caught up first, then previous standby holders before a previous active owner (so
+    standbys stay put)."""
+    owner_pids, standby_pids = w.copy_holders(u)
+    alive = w.pid_index
+    standby = {alive.get(pid, -1) for pid in standby_pids}
+    holders = {alive.get(pid, -1) for pid in owner_pids}
+    holders |= standby
+    holders -= blocked
+    holders.discard(-1)  # gone since
+    if len(holders) <= 1:
+        return list(holders)
+
+    def rank(j: int) -> tuple[int, bool, int]:
+        return (w.rank(u, j), j not in standby, j)
+
+    if count == 1:
+        return [min(holders, key=rank)]
+    return sorted(holders, key=rank)[:count]
+
+
+def _containers(
+    w: World,
+    active: list[int],
+    standbys: Mapping[int, list[int]],
+    warmups: AbstractSet[tuple[int, int]],
+) -> Mapping[str, ContainerModel]:
+    per_proc: list[list[TaskModel]] = [[] for _ in range(w.m)]
+    for task, j in zip(w.tasks, active, strict=True):
+        per_proc[j].append(task)
+    extra: dict[int, list[int]] = {}
+    for u, j in sorted(warmups):
+        extra.setdefault(u, []).append(j)
+    for u in sorted(standbys.keys() | extra.keys()):
+        task = w.tasks[u]
+        copies = list(standbys.get(u, ())) + extra.get(u, [])
+        for replica, j in enumerate(copies):
+            per_proc[j].append(
+                task.with_mode(TaskMode.STANDBY, standby_task_name(task.name, replica)))
+    return MappingProxyType({
+        pid: ContainerModel.of(pid, w.location[j], per_proc[j])
+        for j, pid in enumerate(w.pids)
+    })

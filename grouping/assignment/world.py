@@ -1,0 +1,316 @@
+"""The inputs of one assignment, indexed: processors j, tasks u, lineage, lags."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import islice
+from operator import attrgetter
+
+from grouping.assignment.params import UNKNOWN_LAG, AssignmentParams
+from grouping.errors import GroupingError
+from grouping.lineage import NO_HISTORY, GroupHistory, PreviousAssignment
+from grouping.model import JobModel, TaskModel
+from grouping.task_names import elasticity_factor_of
+
+# Internal world: indices instead of names, for speed on 100k tasks.
+
+
+class World:
+    """The inputs of one assignment, indexed: processors j = 0..m-1, tasks u = 0..n-1."""
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskModel],
+        processors: Mapping[str, str],
+        previous: JobModel | None,
+        task_locality: Mapping[str, str],
+        task_lags: Mapping[str, Mapping[str, int]],
+        stateful: bool | AbstractSet[str],
+        params: AssignmentParams,
+        elasticity_factor: int | None,
+    ) -> None:
+        self.params = params
+        self.pids = sorted(processors)
+        self.m = len(self.pids)
+        self.pid_index = {pid: j for j, pid in enumerate(self.pids)}
+        self.location = [processors[pid] for pid in self.pids]
+        self.tasks = sorted(tasks, key=attrgetter("name"))
+        self.n = len(self.tasks)
+        names = [t.name for t in self.tasks]
+        if any(map(str.__eq__, names, islice(names, 1, None))):  # sorted: twins are adjacent
+            raise GroupingError("task names must be unique")
+        self.names = names
+        factor = elasticity_factor or elasticity_factor_of(self.tasks)
+        prev = PreviousAssignment.of(previous)
+        self.prev = prev
+        self.is_stateful = ([stateful] * self.n if isinstance(stateful, bool)
+                            else [name in stateful for name in names])
+        # lag_of[u]: processor -> known lag; good[u]: processors allowed to run u's active
+        # (None: every processor, as for stateless tasks or when no lag is known anywhere)
+        self.lag_of: list[Mapping[int, int]] = []
+        self.good: list[tuple[int, ...] | None] = []
+        any_stateful = any(self.is_stateful)
+        own = _own_reports(task_lags, self.pid_index, previous) if any_stateful else None
+        self.factor = factor
+        self.histories: list[GroupHistory] = []
+        self._trace(prev, factor, task_locality, own)
+        if not any_stateful:
+            self.lag_of, self.good = [{}] * self.n, [None] * self.n
+        elif own is None:
+            self.lag_of, self.good = self._lags(task_lags, params.acceptable_recovery_lag)
+
+    def _trace(
+        self,
+        prev: PreviousAssignment,
+        factor: int,
+        task_locality: Mapping[str, str],
+        own_reports: list[Mapping[str, int]] | None,
+    ) -> None:
+        """Partition group, lineage, sticky processor and last location of every task;
+        with ``own_reports`` (every report names only tasks its processor ran before), the
+        lags of stateful tasks too, read from their predecessors' owners."""
+        group_ids: dict[object, int] = {}
+        histories = self.histories
+        self.group: list[int] = []
+        self.lineage: list[tuple[str, ...]] = []
+        self.sticky: list[int] = []
+        group, lineage, sticky = self.group, self.lineage, self.sticky
+        locality: list[str | None] = []
+        lag_of, good = self.lag_of, self.good
+        alive = self.pid_index
+        prev_factor = prev.factor
+        halved = prev_factor == factor << 1
+        stateful = self.is_stateful if own_reports is not None else [False] * self.n
+        reports_of: list[Mapping[str, int]] = own_reports or []
+        empty: Mapping[int, int] = {}
+        # shared read-only entries for the usual outcome, one processor caught up at lag 0
+        alone = [(j,) for j in range(self.m)]
+        at_zero: list[Mapping[int, int]] = [{j: 0} for j in range(self.m)]
+        before, owners, _ = NO_HISTORY
+        last_group: object = None
+        g = -1
+        # One pass over every task (100k and more): the rules of PreviousAssignment.lineage
+        # and sticky_owner, inlined; a property test checks that they agree.
+        for u, t in enumerate(self.tasks):
+            pg = t.partition_group
+            if pg is not last_group:  # tasks of one group come together, often one object
+                last_group = pg
+                found = group_ids.get(pg)
+                if found is None:
+                    found = group_ids[pg] = len(group_ids)
+                    histories.append(prev.history_of(pg))
+                g = found
+                before, owners, _ = histories[g]
+            group.append(g)
+            bucket = t.key_bucket if t.key_bucket > 0 else 0
+            lin: tuple[str, ...] = ()
+            j = -1
+            lag: int | None = None  # the lag on j, when j reported all of lin
+            if prev_factor <= factor:  # the same tasks, or a split: one predecessor
+                parent_bucket = bucket & (prev_factor - 1)
+                parent = before.get(parent_bucket)
+                if parent is not None:
+                    lin, j = (parent.name,), alive.get(owners[parent_bucket], -1)
+                    if j >= 0 and stateful[u]:
+                        lag = reports_of[j].get(parent.name)
+            elif halved:  # two children: most children, ties to the smaller processor
+                c1, c2 = before.get(bucket), before.get(bucket + factor)
+                if c1 is not None and c2 is not None:
+                    lin = (c1.name, c2.name)
+                    j1 = alive.get(owners[bucket], -1)
+                    j2 = alive.get(owners[bucket + factor], -1)
+                    if j1 == j2:
+                        j = j1
+                        if j >= 0 and stateful[u]:
+                            report = reports_of[j]
+                            l1, l2 = report.get(c1.name), report.get(c2.name)
+                            if l1 is not None and l2 is not None:
+                                lag = l1 if l1 > l2 else l2
+                    else:
+                        j = j2 if j1 < 0 else j1 if j2 < 0 else min(j1, j2)
+                elif c1 is not None or c2 is not None:
+                    child_bucket = bucket if c1 is not None else bucket + factor
+                    name = before[child_bucket].name
+                    lin, j = (name,), alive.get(owners[child_bucket], -1)
+                    if j >= 0 and stateful[u]:
+                        lag = reports_of[j].get(name)
+            else:  # a deeper merge: the processor holding most children (ties: smallest)
+                buckets = [c for c in range(bucket, prev_factor, factor) if c in before]
+                lin = tuple(before[c].name for c in buckets)
+                counts: dict[int, int] = {}
+                for c in buckets:
+                    jc = alive.get(owners[c], -1)
+                    if jc >= 0:
+                        counts[jc] = counts.get(jc, 0) + 1
+                if counts:
+                    top = max(counts.values())
+                    j = min(jc for jc, c in counts.items() if c == top)
+                    if stateful[u] and counts[j] == len(buckets):
+                        child_lags = [reports_of[j].get(name) for name in lin]
+                        if None not in child_lags:
+                            lag = max(child_lags)  # type: ignore[type-var]
+            if not lin:  # a group the previous model did not have: the same name
+                owner = prev.owner.get(t.name)
+                if owner is not None:
+                    lin, j = (t.name,), alive.get(owner, -1)
+                    if j >= 0 and stateful[u]:
+                        lag = reports_of[j].get(t.name)
+            lineage.append(lin)
+            sticky.append(j)
+            if task_locality:
+                loc = task_locality.get(t.name)
+                if loc is None:
+                    for ancestor in lin:
+                        loc = task_locality.get(ancestor)
+                        if loc is not None:
+                            break
+                locality.append(loc)
+            if own_reports is None:
+                continue
+            if lag is None:
+                lag_of.append(empty)
+                good.append(None)
+            else:
+                lag_of.append(at_zero[j] if lag <= 0 else {j: lag})
+                good.append(alone[j])
+        self.locality = locality if task_locality else [None] * self.n
+
+    def copy_holders(self, u: int) -> tuple[list[str], list[str]]:
+        """The processors that held a copy of u's lineage in the previous model: the
+        active owners, and the standby (or warm-up) holders; read from u's group history,
+        or by task name when its group is new."""
+        history = self.histories[self.group[u]]
+        owners, standbys = history.owners, history.standbys
+        owner_pids: list[str] = []
+        standby_pids: list[str] = []
+        for b in self.prev.overlapping_buckets(self.tasks[u].key_bucket, self.factor):
+            pid = owners.get(b)
+            if pid is not None:
+                owner_pids.append(pid)
+                standby_pids += standbys.get(b, ())
+        if owner_pids:
+            return owner_pids, standby_pids
+        by_name = self.prev.owner
+        names = [name for name in self.lineage[u] if name in by_name]
+        return ([by_name[name] for name in names],
+                [pid for name in names for pid in self.prev.standby_holders.get(name, ())])
+
+    def _lags(self, task_lags: Mapping[str, Mapping[str, int]], acceptable: int
+              ) -> tuple[list[Mapping[int, int]], list[tuple[int, ...] | None]]:
+        """Per stateful task, processor -> known lag, and the processors good enough to run
+        its active: a task's state is its lineage's (a split child's is its parent's; a
+        merged task is as far behind as its furthest child, and known only where every
+        child was reported); a task without lineage has only its own reports."""
+        # Index the reporter of each task in one flat dict built in bulk (in C), reading
+        # lags from the processors' own reports; tasks with several reporters (standbys)
+        # go to ``many``.
+        reports_of: list[Mapping[str, int]] = [{} for _ in range(self.m)]
+        one_j: dict[str, int] = {}
+        many: dict[str, dict[int, int]] = {}
+        reported = 0
+        for pid in sorted(task_lags):
+            j = self.pid_index.get(pid)
+            if j is not None and task_lags[pid]:
+                reports_of[j] = task_lags[pid]
+                one_j.update(dict.fromkeys(task_lags[pid], j))
+                reported += len(task_lags[pid])
+        if len(one_j) != reported:  # some task has several reporters: index exactly
+            one_j.clear()
+            for j, reports in enumerate(reports_of):
+                for name, lag in reports.items():
+                    clamped = lag if lag > 0 else 0
+                    if name in many:
+                        many[name][j] = clamped
+                    elif name in one_j:
+                        first = one_j.pop(name)
+                        first_lag = reports_of[first][name]
+                        many[name] = {first: first_lag if first_lag > 0 else 0, j: clamped}
+                    else:
+                        one_j[name] = j
+        empty: dict[int, int] = {}
+
+        def of(name: str) -> dict[int, int] | None:
+            found = many.get(name)
+            if found is not None:
+                return found
+            j = one_j.get(name)
+            if j is None:
+                return None
+            lag = reports_of[j][name]
+            return {j: lag if lag > 0 else 0}
+
+        lag_of: list[Mapping[int, int]] = []
+        good: list[tuple[int, ...] | None] = []
+        for name, stateful, lin in zip(self.names, self.is_stateful, self.lineage,
+                                       strict=True):
+            if not stateful:
+                lag_of.append(empty)
+                good.append(None)
+                continue
+            sources = lin or (name,)
+            lags = (of(sources[0]) or empty) if len(sources) == 1 else _merged_lags(
+                [of(child) for child in sources])
+            lag_of.append(lags)
+            good.append(_good_among(lags, acceptable))
+        return lag_of, good
+
+    def rank(self, u: int, j: int) -> int:
+        """0 when caught up, else the lag; UNKNOWN_LAG when j reported none."""
+        lag = self.lag_of[u].get(j)
+        if lag is None:
+            return UNKNOWN_LAG
+        return 0 if lag <= self.params.acceptable_recovery_lag else lag
+
+
+
+def _own_reports(
+    task_lags: Mapping[str, Mapping[str, int]],
+    pid_index: Mapping[str, int],
+    previous: JobModel | None,
+) -> list[Mapping[str, int]] | None:
+    """Each live processor's report (by processor index) when every report names only
+    tasks its processor ran in ``previous`` (no standbys, the usual case): then a task's
+    one possible reporter is its previous owner. None otherwise."""
+    reports_of: list[Mapping[str, int]] = [{}] * len(pid_index)
+    containers = previous.containers if previous is not None else {}
+    for pid, report in task_lags.items():
+        j = pid_index.get(pid)
+        if j is None or not report:
+            continue
+        container = containers.get(pid)
+        if container is None or not report.keys() <= container.tasks.keys():
+            return None
+        reports_of[j] = report
+    return reports_of
+
+
+def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:
+    """A merged task is only as caught up as its least caught-up child, and known only
+    on processors that reported every child."""
+    if not children or None in children:
+        return {}
+    first, *rest = children
+    merged: dict[int, int] = {}
+    for j, lag in first.items():  # type: ignore[union-attr]
+        worst = lag
+        for other in rest:
+            more = other.get(j)  # type: ignore[union-attr]
+            if more is None:
+                break
+            worst = more if more > worst else worst
+        else:
+            merged[j] = worst
+    return merged
+
+
+def _good_among(lags: Mapping[int, int], acceptable: int) -> tuple[int, ...] | None:
+    """The processors whose lag ranks best (caught up, or the least behind); None when no
+    lag is known (every processor is as good as any other)."""
+    if not lags:
+        return None
+    if len(lags) == 1:
+        return tuple(lags)
+    best = min(0 if lag <= acceptable else lag for lag in lags.values())
+    return tuple(sorted(j for j, lag in lags.items()
+                        if (0 if lag <= acceptable else lag) == best))
