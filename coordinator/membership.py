@@ -121,12 +121,10 @@ class Membership:
         self._ttl = lease_ttl_s
         self._new_id = id_factory
         self._leases: dict[str, ProcessorLease] = {}
-        # per processor, the expiry its stored record holds (as last read or written here):
-        # a renewal is written through only when that holds for less than half a TTL
-        self._stored_expiry: dict[str, float] = {}
-        # per processor, the version of its stored record as last read or written here: a
-        # renewal is first tried as a compare-and-set on it, without reading the record
-        self._versions: dict[str, int] = {}
+        # per processor, its stored record's (version, expiry) as last read or written
+        # here: a renewal is written through only when that expiry holds for less than
+        # half a TTL, and first tried as a compare-and-set on that version (no read)
+        self._stored: dict[str, tuple[int, float]] = {}
 
     @property
     def lease_ttl_s(self) -> float:
@@ -142,12 +140,10 @@ class Membership:
         leases: dict[str, ProcessorLease] = {}
         for pid, v in stored.items():
             lease = ProcessorLease.from_bytes(v.value)
-            self._stored_expiry[pid] = lease.expires_at
-            self._versions[pid] = v.version
+            self._stored[pid] = (v.version, lease.expires_at)
             leases[pid] = _fresher(cached.get(pid), lease)
-        for pid in self._stored_expiry.keys() - leases.keys():
-            del self._stored_expiry[pid]
-            self._versions.pop(pid, None)
+        for pid in self._stored.keys() - leases.keys():
+            del self._stored[pid]
         self._leases = leases
 
     def live(self) -> Mapping[str, ProcessorLease]:
@@ -194,9 +190,9 @@ class Membership:
                 return lease, False, token
         lease = ProcessorLease(pid, location_id, host, now, now + self._ttl,
                                token_hash=_hash(token))
-        self._versions[pid] = self._store.put(NAMESPACE, pid, lease.to_bytes())
+        self._stored[pid] = (self._store.put(NAMESPACE, pid, lease.to_bytes()),
+                             lease.expires_at)
         self._leases[pid] = lease
-        self._stored_expiry[pid] = lease.expires_at
         return lease, True, token
 
     def heartbeat(
@@ -217,14 +213,13 @@ class Membership:
         Raises:
             UnknownProcessor: not registered, or the leader expired or removed it.
         """
-        cached, cached_version = self._leases.get(processor_id), self._versions.get(
-            processor_id)
-        if cached is not None and cached_version is not None and token is not None \
+        cached, known = self._leases.get(processor_id), self._stored.get(processor_id)
+        if cached is not None and known is not None and token is not None \
                 and cached.token_hash and hmac.compare_digest(_hash(token), cached.token_hash):
             # one statement instead of two: a record changed since (another replica, the
             # leader's removal) fails the compare-and-set and is read below
             lease = self._renewed(cached, self._clock.now(), task_lags, stats)
-            if self._write(lease, cached_version):
+            if self._write(lease, known[0]):
                 return lease
         for _ in range(5):
             now = self._clock.now()
@@ -265,11 +260,11 @@ class Membership:
         if self._write_through:
             return None
         lease = self._leases.get(processor_id)
-        stored_expiry = self._stored_expiry.get(processor_id)
-        if lease is None or stored_expiry is None or token is None or not lease.token_hash:
+        stored = self._stored.get(processor_id)
+        if lease is None or stored is None or token is None or not lease.token_hash:
             return None
         now = self._clock.now()
-        if stored_expiry - now < self._ttl / 2:
+        if stored[1] - now < self._ttl / 2:
             return None
         if not hmac.compare_digest(_hash(token), lease.token_hash):
             return None  # another incarnation, maybe registered elsewhere: ask the store
@@ -310,19 +305,14 @@ class Membership:
     def reload(self, processor_id: str) -> ProcessorLease | None:
         """The lease of ``processor_id`` as the store has it now (heartbeats through other
         replicas included), also refreshed in this replica's cache; None if gone."""
-        stored = self._read(processor_id)
-        if stored is None:
-            self._leases.pop(processor_id, None)
-            return None
-        self._leases[processor_id] = stored[0]
-        return stored[0]
+        stored = self._read(processor_id)  # which refreshes the cache
+        return None if stored is None else stored[0]
 
     def leave(self, processor_id: str) -> bool:
         """Remove a processor now; True if it was registered."""
         existed = self._store.delete(NAMESPACE, processor_id)
         existed = self._leases.pop(processor_id, None) is not None or existed
-        self._stored_expiry.pop(processor_id, None)
-        self._versions.pop(processor_id, None)
+        self._stored.pop(processor_id, None)
         return existed
 
     def lease_of(self, processor_id: str) -> ProcessorLease | None:
@@ -338,8 +328,7 @@ class Membership:
         """Drop processors (expired, left, or silent at a barrier)."""
         for pid in processor_ids:
             self._leases.pop(pid, None)
-            self._stored_expiry.pop(pid, None)
-            self._versions.pop(pid, None)
+            self._stored.pop(pid, None)
             self._store.delete(NAMESPACE, pid)
 
     def next_expiry(self) -> float | None:
@@ -350,12 +339,10 @@ class Membership:
         found = self._store.get(NAMESPACE, pid)
         if found is None:
             self._leases.pop(pid, None)
-            self._stored_expiry.pop(pid, None)
-            self._versions.pop(pid, None)
+            self._stored.pop(pid, None)
             return None
         lease = ProcessorLease.from_bytes(found.value)
-        self._stored_expiry[pid] = lease.expires_at
-        self._versions[pid] = found.version
+        self._stored[pid] = (found.version, lease.expires_at)
         # the renewal in memory, if fresher, is what a write of this version carries on
         fresh = self._leases[pid] = _fresher(self._leases.get(pid), lease)
         return fresh, found.version
@@ -366,6 +353,5 @@ class Membership:
         if written is None:
             return False
         self._leases[lease.processor_id] = lease
-        self._stored_expiry[lease.processor_id] = lease.expires_at
-        self._versions[lease.processor_id] = written
+        self._stored[lease.processor_id] = (written, lease.expires_at)
         return True

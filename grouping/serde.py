@@ -237,15 +237,22 @@ class ContainerJson:
         return texts
 
 
+def containers_json(model: JobModel) -> str:
+    """The JSON object of every container, by processor id, joined once per model from
+    :func:`container_texts` (the API's full answer and the store's copy both hold it)."""
+    def join(m: JobModel) -> str:
+        texts = container_texts(m)
+        return "{" + ",".join(json.dumps(pid) + ":" + texts[pid] for pid in sorted(texts)) + "}"
+    return model.memo("containers-json", join)
+
+
 def job_model_to_bytes(model: JobModel) -> bytes:
     """Compact UTF-8 JSON (top-level keys sorted, containers by processor id, tasks by
-    name): equal models give equal bytes. Built from :func:`container_texts`, so a model
+    name): equal models give equal bytes. Built from :func:`containers_json`, so a model
     whose containers were rendered for the API is not rendered again."""
-    texts = container_texts(model)
-    containers = ",".join(json.dumps(pid) + ":" + texts[pid] for pid in sorted(texts))
     return ('{"config":' + json.dumps(dict(model.config), separators=(",", ":"),
                                       sort_keys=True)
-            + ',"containers":{' + containers + '},"version":' + str(model.version)
+            + ',"containers":' + containers_json(model) + ',"version":' + str(model.version)
             + "}").encode()
 
 

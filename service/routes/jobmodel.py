@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from coordinator.barrier import BarrierState
 from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel
-from grouping.serde import ContainerJson, container_texts
+from grouping.serde import ContainerJson, container_texts, containers_json
 from service import deps
 from service.auth import LEASE_TOKEN_HEADER, AuthFirstRoute, require_worker
 from service.errors import ApiError
@@ -110,42 +110,30 @@ async def _closed_before(request: Request, waiting: Awaitable[object]) -> bool:
 
 
 def prerender(model: JobModel) -> _Rendered:
-    """The API JSON of ``model``'s containers, rendered once per version and memoized on
-    the (immutable) model; the coordinator calls this off the event loop before publishing."""
-    return model.memo("api-json", _render_containers)
+    """The API JSON of ``model``'s containers (the whole object, and each one's), rendered
+    once per version and memoized on the (immutable) model; the coordinator renders it
+    off the event loop before publishing (:class:`Prerenderer`)."""
+    return _Rendered(containers_json(model), container_texts(model))
 
 
 @dataclass(frozen=True, slots=True)
 class _Rendered:
     everything: str
-    by_processor: dict[str, str]
-
-
-def _render_containers(model: JobModel) -> _Rendered:
-    """Container JSON of a version, rendered once: a 100k-task model is megabytes of JSON,
-    and every worker fetches it (or its own part) after each publication."""
-    parts = dict(container_texts(model))
-    return _Rendered(_join(parts), parts)
-
-
-def _join(parts: dict[str, str]) -> str:
-    return "{" + ",".join(json.dumps(pid) + ":" + text for pid, text in parts.items()) + "}"
+    by_processor: Mapping[str, str]
 
 
 class Prerenderer:
     """:func:`prerender` for the leader's successive versions: containers the new version
     shares with the one rendered before reuse their JSON (:class:`ContainerJson`), which
-    the store's copy of the model then reuses too."""
+    the store's copy of the model then reuses too. A 100k-task model is megabytes of JSON,
+    and every worker fetches it (or its own part) after each publication."""
 
     def __init__(self) -> None:
         self._texts = ContainerJson()
 
     def __call__(self, model: JobModel) -> _Rendered:
-        return model.memo("api-json", self._render)
-
-    def _render(self, model: JobModel) -> _Rendered:
-        parts = dict(self._texts.of(model))
-        return _Rendered(_join(parts), parts)
+        self._texts.of(model)  # memoised on the model: prerender finds it there
+        return prerender(model)
 
 
 @router.post("/jobmodel/{version}/ack", dependencies=[Depends(require_worker)],
