@@ -1,4 +1,6 @@
-"""A whole rebalance cycle at scale (issue #17): one coordinator on SQLite, ``--processors``
+"""A whole rebalance cycle at scale (issue #17): one coordinator (on its embedded SQLite
+store, or with ``--backend zookeeper`` elected on a real ZooKeeper that holds its job
+models, leases and barriers, with checkpoints on a real PostgreSQL), ``--processors``
 simulated processors (asyncio HTTP clients in this process: register, heartbeat on the
 interval, long-poll their own container with ``processorId`` and their lease token, ack
 each version they are part of) and ``--partitions`` x factor virtual tasks.
@@ -12,8 +14,9 @@ coordinator's CPU share while the fleet only heartbeats (and long-polls), and it
 resident memory with the model and its indexes.
 
 Run: python -m bench.rebalance_scale [--processors 1000] [--partitions 25000] [--factor 4]
-Targets: beyond the debounce, < 1 s to barrier done for a leave or a join; heartbeats of
-1000 processors every 2 s cost under 25% of one core.
+[--backend sqlite|zookeeper]
+Targets: beyond the debounce, < 1 s to barrier done for a leave or a join on SQLite, < 2 s
+on ZooKeeper; heartbeats of 1000 processors every 2 s cost under 25% of one core.
 
 The fleet uses a minimal keep-alive HTTP client (``bench/mini_http.py``): with httpx the
 simulating process saturated its core and its late heartbeats cost leases. Every failed
@@ -31,6 +34,8 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,8 @@ from typing import Any
 import httpx
 
 from bench.mini_http import HttpError, MiniConnection
+from service.local.zookeeper import ZooKeeperEnsemble
+from tests.infra.postgres import PostgresServer
 from tests.service.server import Server
 
 HEARTBEAT_S = 2.0
@@ -235,6 +242,22 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[s
         return results
 
 
+@contextmanager
+def backend_args(backend: str, root: Path) -> Iterator[list[str]]:
+    """The coordinator's store arguments; starts (and stops, by pid) what they name."""
+    if backend == "sqlite":
+        yield []
+        return
+    with ExitStack() as stack:
+        zk = ZooKeeperEnsemble.start(1)
+        stack.callback(zk.stop)
+        pg = PostgresServer.start()
+        stack.callback(pg.stop)
+        print(f"ZooKeeper at {zk.connect_string}, PostgreSQL on port {pg.port}", flush=True)
+        yield ["--zk", zk.connect_string, "--job", "bench-scale",
+               "--store", pg.create_database(), "--replica-id", "r0"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--processors", type=int, default=1000)
@@ -242,20 +265,23 @@ def main() -> None:
     p.add_argument("--factor", type=int, default=4)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--quiet-s", type=float, default=20.0)
+    p.add_argument("--backend", choices=["sqlite", "zookeeper"], default="sqlite")
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="bench-rebalance-scale-"))
-    server = Server(root, [
-        "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor", str(args.factor),
-        "--max-elasticity-factor", "64", "--debounce-ms", "200",
-        "--barrier-timeout-ms", "120000", "--heartbeat-interval-ms",
-        str(int(HEARTBEAT_S * 1000)), "--log-level", "WARNING"]).start(timeout_s=60)
-    try:
-        results = asyncio.run(run(args, server))
-    finally:
-        server.stop()
+    with backend_args(args.backend, root) as store:
+        server = Server(root, [
+            "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor",
+            str(args.factor), "--max-elasticity-factor", "64", "--debounce-ms", "200",
+            "--barrier-timeout-ms", "120000", "--heartbeat-interval-ms",
+            str(int(HEARTBEAT_S * 1000)), "--log-level", "WARNING", *store]).start(
+                timeout_s=60)
+        try:
+            results = asyncio.run(run(args, server))
+        finally:
+            server.stop()
     print(f"\n{args.processors} processors, {args.partitions} partitions x factor "
-          f"{args.factor} (debounce 200 ms); medians of {args.runs}:")
+          f"{args.factor} (debounce 200 ms, {args.backend}); medians of {args.runs}:")
     print(json.dumps({name: {k: round(statistics.median(r[k] for r in runs), 3)
                              for k in runs[0]} for name, runs in results.items()}, indent=1))
     print(f"load average after: {os.getloadavg()}")

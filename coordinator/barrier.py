@@ -36,6 +36,14 @@ class Barrier:
     started_at: float
     ended_at: float | None = None
 
+    @staticmethod
+    def opened(version: int, participants: frozenset[str], now: float) -> Barrier:
+        """The barrier of a version as published: pending, or done at once when no
+        processor takes part."""
+        if not participants:
+            return Barrier(version, BarrierState.DONE, participants, frozenset(), now, now)
+        return Barrier(version, BarrierState.PENDING, participants, frozenset(), now)
+
     @property
     def silent(self) -> frozenset[str]:
         """Participants that have not acknowledged."""

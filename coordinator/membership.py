@@ -84,10 +84,12 @@ class ProcessorLease:
 
 def _fresher(cached: ProcessorLease | None, stored: ProcessorLease) -> ProcessorLease:
     """The cached lease when it is the stored one's incarnation renewed in memory since
-    (a later expiry, newer lags and stats), else the stored one."""
+    (a later expiry, newer lags and stats) or the one written (the same expiry: its lags
+    keep their identity, which lets a generation skip re-checking them), else the stored
+    one."""
     if cached is not None and cached.token_hash == stored.token_hash \
             and cached.registered_at == stored.registered_at \
-            and cached.expires_at > stored.expires_at:
+            and cached.expires_at >= stored.expires_at:
         return cached
     return stored
 
@@ -110,12 +112,12 @@ class Membership:
         clock: Clock,
         lease_ttl_s: float,
         id_factory: Callable[[], str] = new_processor_id,
-        write_through: bool = True,
+        renews_in_memory: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``write_through``: every heartbeat's renewal is written to the store, as other
-        replicas that read the leases need; False for a store no other replica reads (the
-        embedded one), where :meth:`renew_cached` renews in memory between writes."""
-        self._write_through = write_through
+        """``renews_in_memory()`` says whether this replica decides expiries now (it is
+        the leader): then :meth:`renew_cached` renews in memory between writes. Any other
+        replica writes every heartbeat's renewal through, for the leader to read."""
+        self._renews_in_memory = renews_in_memory
         self._store = store
         self._clock = clock
         self._ttl = lease_ttl_s
@@ -250,14 +252,15 @@ class Membership:
         (:meth:`heartbeat`).
 
         At 1000 processors every 2 s, writing each renewal cost the coordinator most of a
-        core. This replica decides expiries from its own view, where a renewal in memory
-        is never replaced by an older stored record (:meth:`load` and every read keep the
-        fresher one), and a restarted coordinator grants every stored lease a full TTL
-        before it expires any: so a dead processor still expires one TTL after its last
+        core (on ZooKeeper, the queue of writes also delayed rebalances by seconds). Only
+        the leader expires leases, and it decides from its own view, where a renewal in
+        memory is never replaced by an older stored record (:meth:`load` and every read
+        keep the fresher one); a new or restarted leader grants every stored lease a full
+        TTL before it expires any: so a dead processor still expires one TTL after its last
         heartbeat, and a live one never does. The stored record stays at least half a TTL
         minus a heartbeat interval ahead of now, and its lags and stats are those of the
-        last write-through."""
-        if self._write_through:
+        last write-through (what other replicas show until then)."""
+        if not self._renews_in_memory():
             return None
         lease = self._leases.get(processor_id)
         stored = self._stored.get(processor_id)
@@ -274,9 +277,11 @@ class Membership:
 
     def _renewed(self, lease: ProcessorLease, now: float, task_lags: Mapping[str, int] | None,
                  stats: Mapping[str, Any] | None) -> ProcessorLease:
+        # an unchanged report keeps its mapping (a generation skips re-checking it)
+        same = task_lags is None or task_lags == lease.task_lags
         return replace(
             lease, expires_at=now + self._ttl,
-            task_lags=lease.task_lags if task_lags is None else dict(task_lags),
+            task_lags=lease.task_lags if same else dict(task_lags or {}),
             stats=lease.stats if stats is None else dict(stats))
 
     def require(self, processor_id: str, token: str | None) -> ProcessorLease:

@@ -217,12 +217,16 @@ def create_app(settings: Settings, clock: Clock | None = None,
         upgrade(engine)
         metrics = Metrics()
         async with metadata_backend(settings, engine, store_leader) as (store, leader, bind):
-            # the embedded SQL store has this process as its only replica (the data dir's
-            # lock): nobody else reads its leases, so renewals need not be written at every
-            # heartbeat; a shared store's other replicas read them there
-            sole = (settings.metadata_backend() == "sql" and store_leader is None
-                    and sqlite_database(settings.store_url()) is not None)
-            config = replace(coordinator_config(settings), lease_write_through=not sole)
+            # The leader renews leases in memory between writes on the embedded store (no
+            # other replica) and on ZooKeeper (a leader that loses its connection stops
+            # leading at once, so it writes again and meets the outage). On a shared SQL
+            # store a leader keeps its leadership lease for a while through an outage, and
+            # on the coordinator stream a redeployed replica learns it was deposed only
+            # when it writes: there every heartbeat is written, and answered 503 (retry
+            # elsewhere) when it cannot be, never with a 200 that recorded nothing.
+            coalesce = settings.metadata_backend() == "zookeeper" or (
+                settings.metadata_backend() == "sql" and store_leader is None)
+            config = replace(coordinator_config(settings), lease_write_through=not coalesce)
             coordinator = Coordinator(config, store, leader, clock, metrics,
                                       prepare=jobmodel.Prerenderer())
             app.state.settings = settings

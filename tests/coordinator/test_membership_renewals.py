@@ -1,5 +1,6 @@
-"""Lease renewals on the embedded store: in memory between write-throughs about half a TTL
-apart, never at the cost of a live processor's lease."""
+"""Lease renewals on the leader (the replica that expires leases): in memory between
+write-throughs about half a TTL apart, never at the cost of a live processor's lease; every
+other replica writes each renewal through."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from service.database import make_engine, upgrade
 from tests.coordinator.fake_clock import FakeClock
 
 TTL = 9.0
+LEADER = lambda: True  # noqa: E731  (a replica that holds leadership throughout)
 
 
 class CountingStore(SqlMetadataStore):
@@ -49,7 +51,7 @@ def test_renewals_are_written_half_a_ttl_apart_and_the_store_stays_ahead(
     store: CountingStore,
 ) -> None:
     clock = FakeClock()
-    m = Membership(store, clock, TTL, write_through=False)
+    m = Membership(store, clock, TTL, renews_in_memory=LEADER)
     _, _, token = m.register("p1", "h1", None)
     for _ in range(30):  # a heartbeat every 2 s for a minute
         clock.t += 2.0
@@ -64,9 +66,9 @@ def test_renewals_are_written_half_a_ttl_apart_and_the_store_stays_ahead(
     assert store.writes <= 30 / 2  # at most every other heartbeat written (TTL 9 s)
 
 
-def test_every_renewal_is_written_through_for_other_replicas(store: CountingStore) -> None:
+def test_a_follower_writes_every_renewal_through_for_the_leader(store: CountingStore) -> None:
     clock = FakeClock()
-    m = Membership(store, clock, TTL)  # write_through: the default
+    m = Membership(store, clock, TTL)  # not the leader: the default
     _, _, token = m.register("p1", "h1", None)
     for _ in range(5):
         clock.t += 2.0
@@ -78,7 +80,7 @@ def test_every_renewal_is_written_through_for_other_replicas(store: CountingStor
 
 def test_a_dead_processor_still_expires_within_a_ttl(store: CountingStore) -> None:
     clock = FakeClock()
-    m = Membership(store, clock, TTL, write_through=False)
+    m = Membership(store, clock, TTL, renews_in_memory=LEADER)
     _, _, token = m.register("p1", "h1", None)
     for _ in range(3):
         clock.t += 2.0
@@ -94,7 +96,7 @@ def test_a_dead_processor_still_expires_within_a_ttl(store: CountingStore) -> No
 
 def test_removed_or_registered_again_goes_to_the_store(store: CountingStore) -> None:
     clock = FakeClock()
-    m = Membership(store, clock, TTL, write_through=False)
+    m = Membership(store, clock, TTL, renews_in_memory=LEADER)
     _, _, old = m.register("p1", "h1", None)
     _, _, new = m.register("p1", "h1", None)  # a new incarnation fences the old token
     clock.t += 1
@@ -125,7 +127,7 @@ def test_a_record_changed_by_another_replica_is_read_before_it_is_renewed(
 
 def test_reading_the_record_keeps_a_fresher_renewal_in_memory(store: CountingStore) -> None:
     clock = FakeClock()
-    m = Membership(store, clock, TTL, write_through=False)
+    m = Membership(store, clock, TTL, renews_in_memory=LEADER)
     _, _, token = m.register("p1", "h1", None)
     clock.t += 1
     assert m.renew_cached("p1", token, {"Partition 0": 3}) is not None
@@ -134,3 +136,18 @@ def test_reading_the_record_keeps_a_fresher_renewal_in_memory(store: CountingSto
     lease = m.reload("p1")
     assert lease is not None and lease.task_lags == {"Partition 0": 3}
     assert lease.expires_at == clock.t + TTL
+
+
+def test_a_leader_that_lost_leadership_writes_through_again(store: CountingStore) -> None:
+    clock = FakeClock()
+    leading = [True]
+    m = Membership(store, clock, TTL, renews_in_memory=lambda: leading[0])
+    _, _, token = m.register("p1", "h1", None)
+    clock.t += 2.0
+    assert beat(m, "p1", token) is not None and store.writes == 0  # in memory
+    leading[0] = False  # deposed: the new leader reads this replica's heartbeats stored
+    clock.t += 2.0
+    assert m.renew_cached("p1", token) is None
+    m.heartbeat("p1", token, {"Partition 0": 1})
+    assert stored_expiry(store, "p1") == clock.t + TTL
+    assert store.writes == 1

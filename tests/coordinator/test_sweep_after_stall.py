@@ -24,12 +24,12 @@ async def _scenario(tmp_path: Path) -> tuple[bool, bool, bool]:
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
-        await coordinator._sweep()  # on time: nothing has run out
+        await coordinator.liveness.sweep()  # on time: nothing has run out
         before = "p1" in coordinator.membership.live()
         clock.t += 30  # this process stalled for 30 s: p1's heartbeats are unread
-        await coordinator._sweep()
+        await coordinator.liveness.sweep()
         after_stall = "p1" in coordinator.membership.live()
-        await coordinator._sweep()  # on time again: p1 really sent nothing
+        await coordinator.liveness.sweep()  # on time again: p1 really sent nothing
         after_next = "p1" in coordinator.membership.live()
         return before, after_stall, after_next
     finally:

@@ -1,4 +1,5 @@
-"""The job-model lifecycle: membership, rebalances, versions, barriers, fencing.
+"""The job-model lifecycle: rebalances, versions, barriers (with liveness, inputs, waiters
+and commit fencing in their own modules of this package).
 
 State diagram of a version V::
 
@@ -26,107 +27,40 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from checkpoint.model import ResetPolicy
 from coordinator.ack_group import AckGroup
 from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import Clock
-from coordinator.errors import (
-    CoordinatorError,
-    Fenced,
-    NotLeader,
-    StoreUnavailable,
-)
+from coordinator.errors import Fenced, NotLeader
 from coordinator.job_models import VERSIONS, JobModelRepository
 from coordinator.leader import LeaderRole
+from coordinator.lifecycle.config import (
+    CoordinatorConfig,
+    LifecycleObserver,
+    NoObserver,
+    RebalanceRecord,
+)
+from coordinator.lifecycle.fencing import CommitFence
+from coordinator.lifecycle.inputs import JobInputs
+from coordinator.lifecycle.liveness import Liveness
+from coordinator.lifecycle.probing import Probing
+from coordinator.lifecycle.waiters import ChangeSignal
 from coordinator.locality import CONFIG, DesiredConfig, TaskLocality
 from coordinator.membership import Membership, ProcessorLease
 from coordinator.model_cache import ModelCache
 from coordinator.scheduler import Scheduler
 from coordinator.store.metadata import MetadataStore
-from grouping.assignment import AssignmentParams
 from grouping.generation import GeneratedJobModel
 from grouping.groupers import grouper_by_name
 from grouping.incremental import JobModelGenerator
-from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR, validate_elasticity_factor
+from grouping.key_bucket import validate_elasticity_factor
 from grouping.model import JobModel, SystemStreamPartition
-from grouping.shards import CONFIG_KEY as SHARDS
-from grouping.shards import Shard, lineage_of_config, lineage_to_config
+from grouping.shards import Shard
 
 log = logging.getLogger("coxswain.coordinator")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorConfig:
-    """Everything the lifecycle is configured with (times in seconds)."""
-
-    inputs: tuple[SystemStreamPartition, ...] = ()
-    # streams whose partition count is discovered (Kafka): their partitions come from the
-    # latest job model until the partition monitor reports
-    monitored_streams: tuple[tuple[str, str], ...] = ()
-    shard_streams: tuple[tuple[str, str], ...] = ()  # Kinesis inputs: shards listed
-    grouper: str = "GroupByPartition"
-    elasticity_factor: int = 1
-    max_elasticity_factor: int = DEFAULT_MAX_ELASTICITY_FACTOR
-    stateful: bool = False
-    lease_ttl_s: float = 10.0
-    heartbeat_interval_s: float = 2.0
-    debounce_s: float = 1.0
-    barrier_timeout_s: float = 30.0
-    probing_interval_s: float = 600.0
-    # a probing rebalance also runs as soon as heartbeats show a warm-up caught up, at most
-    # once per this interval (KAFKA-10199: scale-out should not wait for the timer)
-    probing_min_interval_s: float = 5.0
-    # a processor whose long poll's connection closes and that shows no life (a poll here,
-    # a heartbeat anywhere) within this leaves at once, not at its lease's expiry (0: off)
-    poll_close_grace_s: float = 1.5
-    assignment: AssignmentParams = field(default_factory=AssignmentParams)
-    keep_job_models: int = 10
-    # every heartbeat written to the store (other replicas read leases there); False for
-    # the embedded store no other replica reads: renewals written half a TTL apart
-    lease_write_through: bool = True
-    reset_policy: ResetPolicy = ResetPolicy.EARLIEST
-
-
-@dataclass(frozen=True, slots=True)
-class RebalanceRecord:
-    """Why and when a version was generated."""
-
-    version: int
-    reason: str
-    at: float
-    generation_seconds: float
-
-
-class LifecycleObserver(Protocol):
-    """What the lifecycle reports (metrics); every method must be cheap and never raise."""
-
-    def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
-        """A version was generated for ``reason`` in ``seconds`` with ``tasks`` tasks."""
-        ...
-
-    def barrier_ended(self, state: str, seconds: float) -> None:
-        """A barrier completed or timed out after ``seconds``."""
-        ...
-
-    def processors_changed(self, count: int) -> None:
-        """The number of registered processors changed."""
-        ...
-
-
-class _NoObserver:
-    def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
-        pass
-
-    def barrier_ended(self, state: str, seconds: float) -> None:
-        pass
-
-    def processors_changed(self, count: int) -> None:
-        pass
 
 
 class Coordinator:
@@ -149,9 +83,7 @@ class Coordinator:
         self._store = store
         self._leader = leader
         self._clock = clock
-        self._observer = observer or _NoObserver()
-        self.membership = Membership(store, clock, config.lease_ttl_s,
-                                     write_through=config.lease_write_through)
+        self._observer = observer or NoObserver()
         self._models = JobModelRepository(store, config.keep_job_models)
         self._barriers = BarrierRepository(store)
         self._acks = AckGroup(self._write_acks)  # acks written together (group commit)
@@ -160,9 +92,7 @@ class Coordinator:
         self._scheduler: Scheduler | None = None
         self._lock = asyncio.Lock()  # guards state changes; held only briefly
         self._generation = asyncio.Lock()  # one job model generation at a time
-        self._changed = asyncio.Event()
-        self._signalled: tuple[object, object] = (None, None)  # what the waiters last saw
-        self._sweep_due = float("inf")  # when the next lease sweep should run (monotonic)
+        self._signal = ChangeSignal(clock)  # parked long polls
         self._latest: JobModel | None = None
         self._pointer: int | None = None
         self._barrier: Barrier | None = None
@@ -171,24 +101,20 @@ class Coordinator:
         self._generator = JobModelGenerator()  # keeps the last models' indexes
         self._known_locality: dict[str, str] = {}
         self._pending_reasons: set[str] = set()
-        # The processors this replica last reacted to. A heartbeat, poll or commit that
-        # reaches this replica reads the lease of a processor another replica registered
-        # into the cache; comparing the cache with this set (not with the cache before a
-        # sweep) is what still turns that processor into a join.
-        self._members_seen: frozenset[str] = frozenset()
-        self._probing_wanted = False
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)  # newest last
-        self._inputs = tuple(sorted({s.whole() for s in config.inputs}))
-        self._polls: dict[str, float] = {}  # processor -> its last job model request
-        # shard lineage of Kinesis inputs (grouping.shards), into every job model's config
-        self._lineage: dict[tuple[str, str], dict[int, Shard]] = {}
+        self._inputs = JobInputs(config.inputs, config.monitored_streams,
+                                 config.shard_streams)
+        self._fence = CommitFence(self._barriers, self.model)
+        self.membership = Membership(
+            store, clock, config.lease_ttl_s,
+            renews_in_memory=lambda: not config.lease_write_through and leader.is_leader())
+        self._probing = Probing(config, self.membership, leader, clock, self._schedule,
+                                self._cancel, self.rebalance)
+        self.liveness = Liveness(config, self.membership, leader, clock, self._observer,
+                                 self._lock, self._schedule, self._trigger,
+                                 self.latest_task_names, self._probing.probe_if_warm)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
-        self._lead_since = clock.now()
-        self._store_lost_at: float | None = None  # when a sweep first found the store down
-        self._barrier_outcomes: dict[int, bool] = {}  # version -> its barrier was done
-        self._warmups: frozenset[tuple[str, str]] = frozenset()  # (task, processor)
-        self._last_probe = float("-inf")
         self._desired_cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -199,9 +125,8 @@ class Coordinator:
         self._scheduler = Scheduler()
         self._loop = asyncio.get_running_loop()
         await self._io(self._load)
-        self._membership_news()
-        self._observer.processors_changed(len(self.membership.live()))
-        self._schedule_sweep()
+        self.liveness.start()
+
         def watch() -> None:
             for namespace, key in ((VERSIONS, "latest"), (VERSIONS, "active"),
                                    (CONFIG, "desired")):
@@ -229,7 +154,7 @@ class Coordinator:
         # A new leader starts from what the store says, and gives every lease a full TTL
         # from now: heartbeats that reached no replica during the handover (or while the
         # store was unreachable) must not expire processors that are alive.
-        self._lead_since = self._clock.now()
+        self.liveness.grant_full_ttl()
         log.info("acting as leader (epoch %d)", self._leader.epoch,
                  extra={"reason": "leader_elected"})
         self._schedule("refresh", 0.0, self._lead_start)
@@ -256,12 +181,8 @@ class Coordinator:
                 return
             stored = await self._io(lambda: self._barriers.load(latest.version))
             if stored is None:
-                now = self._clock.now()
-                stored = Barrier(latest.version, BarrierState.PENDING,
-                                 frozenset(latest.containers), frozenset(), now)
-                if not stored.participants:
-                    stored = Barrier(latest.version, BarrierState.DONE, frozenset(),
-                                     frozenset(), now, now)
+                stored = Barrier.opened(latest.version, frozenset(latest.containers),
+                                        self._clock.now())
                 log.warning("version %d had no barrier record: recovered as %s",
                             latest.version, stored.state.value,
                             extra={"version": latest.version})
@@ -299,7 +220,7 @@ class Coordinator:
                 model = await self._io(lambda: self._load_prepared(version))
                 if model is not None:
                     self._latest, self._pointer = model, pointer
-                    self._adopt_inputs(model)
+                    self._inputs.adopt(model)
                     self._model_cache.put(model)
                     await self._io(lambda: self._store.watch(
                         BARRIERS, f"{version:020d}", self._barrier_watch(version)))
@@ -335,31 +256,6 @@ class Coordinator:
             return self._on_store_change()
         return on_change
 
-    def _adopt_inputs(self, model: JobModel | None) -> None:
-        """Partitions of monitored streams as the latest job model has them (the leader
-        that generated it may have seen partitions added that this replica has not); the
-        shards of Kinesis streams and their lineage exactly as it has them."""
-        if model is not None and SHARDS in model.config:
-            # the streams this coordinator reads (a restart may have changed --input)
-            self._lineage = {k: v for k, v in lineage_of_config(model.config).items()
-                             if k in self.config.shard_streams}
-            listed = {SystemStreamPartition(system, stream, p)
-                      for (system, stream), shards in self._lineage.items() for p in shards}
-            self._inputs = tuple(sorted(
-                {s for s in self._inputs if (s.system, s.stream) not in self._lineage}
-                | listed))
-        if model is None or not self.config.monitored_streams:
-            return
-        monitored = set(self.config.monitored_streams)
-        seen = {s.whole() for c in model.containers.values() for t in c.active_tasks
-                for s in t.ssps if (s.system, s.stream) in monitored}
-        if not seen:
-            return
-        kept = {s for s in self._inputs if (s.system, s.stream) not in monitored}
-        mine = {s for s in self._inputs if (s.system, s.stream) in monitored}
-        if len(seen) > len(mine):
-            self._inputs = tuple(sorted(kept | seen))
-
     def _load_prepared(self, version: int) -> JobModel | None:
         model = self._models.load(version)
         if model is not None and self._prepare is not None:
@@ -375,7 +271,7 @@ class Coordinator:
             return
         version, self._pointer = latest
         self._latest = self._models.load(version)
-        self._adopt_inputs(self._latest)
+        self._inputs.adopt(self._latest)
         self._barrier = self._barriers.load(version)
         active = self._models.active_version()
         if active is not None:
@@ -411,12 +307,12 @@ class Coordinator:
     @property
     def warmups(self) -> frozenset[tuple[str, str]]:
         """(task, processor) pairs holding a warm-up copy in the latest job model."""
-        return frozenset(self._warmups)
+        return self._probing.warmups
 
     @property
     def inputs(self) -> tuple[SystemStreamPartition, ...]:
         """The whole input partitions the job reads."""
-        return self._inputs
+        return self._inputs.partitions
 
     def elasticity_factor(self) -> int:
         """The factor the next version will be generated with (the operator's last
@@ -425,25 +321,14 @@ class Coordinator:
 
     def probing_wanted(self) -> bool:
         """True while the assignment asks for probing rebalances."""
-        return self._probing_wanted
+        return self._probing.wanted
 
     async def wait_for_change(
         self, since: int | None, barrier: BarrierState | None, timeout_s: float
     ) -> bool:
         """Wait until a version newer than ``since`` exists (or, when ``barrier`` is given,
         until version ``since``'s barrier left that state). False on timeout."""
-        deadline = self._clock.monotonic() + max(0.0, timeout_s)
-        while True:
-            if self._changed_since(since, barrier):
-                return True
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return False
-            event = self._changed
-            try:
-                await asyncio.wait_for(event.wait(), left)
-            except TimeoutError:
-                return self._changed_since(since, barrier)
+        return await self._signal.wait(lambda: self._changed_since(since, barrier), timeout_s)
 
     def _changed_since(self, since: int | None, barrier: BarrierState | None) -> bool:
         latest = self._latest
@@ -457,191 +342,46 @@ class Coordinator:
 
     def _notify(self) -> None:
         """Wake the long polls if what they wait for changed: the latest version or its
-        barrier's state. Each ack changes the barrier's acked set, which no waiter looks
-        at: waking 1000 parked polls on each of 1000 acks cost a leader tens of seconds of
-        CPU per rebalance."""
+        barrier's state."""
         latest, barrier = self._latest, self._barrier
-        signal = (None if latest is None else latest.version,
-                  None if barrier is None else (barrier.version, barrier.state))
-        if signal == self._signalled:
-            return
-        self._signalled = signal
-        # Wake every waiter of the current event, and give later waiters a fresh one.
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        self._signal.notify((None if latest is None else latest.version,
+                             None if barrier is None else (barrier.version, barrier.state)))
 
     # ------------------------------------------------------------------ membership
 
     async def register(
         self, processor_id: str | None, location_id: str, host: str | None
     ) -> tuple[ProcessorLease, bool, str]:
-        """Register a processor; a new one triggers a (debounced) rebalance. Returns the
-        lease, whether it is new, and the lease token of this incarnation."""
-        async with self._lock:
-            lease, created, token = await self._io(
-                lambda: self.membership.register(processor_id, location_id, host))
-        if created:
-            self._membership_news()
-            self._observer.processors_changed(len(self.membership.live()))
-            self._trigger("join")
-        return lease, created, token
+        """Register a processor (see :meth:`Liveness.register`)."""
+        return await self.liveness.register(processor_id, location_id, host)
 
     async def heartbeat(
         self, processor_id: str, token: str | None, task_lags: Mapping[str, int] | None,
         stats: Mapping[str, Any] | None,
     ) -> ProcessorLease:
-        """Renew a processor's lease and record its lags (UnknownProcessor once expired).
-        Lags are kept only for tasks of the latest job model (the ones the next generation
-        reads): a worker cannot fill the store, or the metrics, with invented names."""
-        if task_lags is not None:
-            known = self._task_names(self._latest)
-            task_lags = {t: lag for t, lag in task_lags.items() if t in known}
-        async with self._lock:
-            renewed = self.membership.renew_cached(processor_id, token, task_lags, stats)
-            if renewed is not None:  # renewed in memory: no store write, no thread hop
-                return renewed
-            return await self._io(
-                lambda: self.membership.heartbeat(processor_id, token, task_lags, stats))
+        """Renew a processor's lease and record its lags (see :meth:`Liveness.heartbeat`)."""
+        return await self.liveness.heartbeat(processor_id, token, task_lags, stats)
+
+    async def leave(self, processor_id: str) -> bool:
+        """A processor leaves now; a rebalance follows."""
+        return await self.liveness.leave(processor_id)
+
+    def poll_seen(self, processor_id: str) -> None:
+        """A job model request of ``processor_id`` arrived (a sign of life)."""
+        self.liveness.poll_seen(processor_id)
+
+    def poll_closed(self, processor_id: str) -> None:
+        """The connection of a long poll of ``processor_id`` closed before its answer
+        (see :meth:`Liveness.poll_closed`)."""
+        self.liveness.poll_closed(processor_id)
 
     def latest_task_names(self) -> frozenset[str]:
         """The active task names of the latest job model."""
-        return self._task_names(self._latest)
-
-    @staticmethod
-    def _task_names(model: JobModel | None) -> frozenset[str]:
+        model = self._latest
         if model is None:
             return frozenset()
         return model.memo("task-names", lambda m: frozenset(
             t.name for c in m.containers.values() for t in c.active_tasks))
-
-    def poll_seen(self, processor_id: str) -> None:
-        """A job model request of ``processor_id`` arrived: a sign of life between its
-        heartbeats (what a closed long poll is weighed against)."""
-        self._polls[processor_id] = self._clock.now()
-
-    def poll_closed(self, processor_id: str) -> None:
-        """The connection of a long poll of ``processor_id`` (its current incarnation:
-        the caller checked the lease token) closed before its answer. A worker killed with
-        kill -9, or whose host died, closes its connections at once, long before its lease
-        runs out; one that lost a connection retries at once (and heartbeats, so a switch
-        to another replica shows too). So unless it shows life within the grace, it leaves
-        now. Only the leader acts (followers' polls fall back to the lease)."""
-        grace = self.config.poll_close_grace_s
-        if grace <= 0 or not self._leader.is_leader() \
-                or processor_id not in self.membership.live():
-            return
-        closed_at = self._clock.now()
-        self._schedule(f"poll-closed:{processor_id}", grace,
-                       lambda: self._poll_close_check(processor_id, closed_at))
-
-    async def _poll_close_check(self, processor_id: str, closed_at: float) -> None:
-        if self._polls.get(processor_id, float("-inf")) > closed_at \
-                or not self._leader.is_leader():
-            return
-        async with self._lock:
-            cached = self.membership.lease_of(processor_id)
-            if cached is not None and \
-                    cached.expires_at - self.membership.lease_ttl_s > closed_at:
-                return  # it heartbeat here since (perhaps renewed in memory only)
-            lease = await self._io(lambda: self.membership.reload(processor_id))
-            if lease is None:
-                return  # gone already (left, expired)
-            renewed_at = lease.expires_at - self.membership.lease_ttl_s
-            if renewed_at > closed_at or self._polls.get(processor_id, 0.0) > closed_at:
-                return  # it heartbeat (through any replica) or polled again: alive
-            await self._io(lambda: self.membership.remove([processor_id]))
-            self._membership_news()
-        self._polls.pop(processor_id, None)
-        self._observer.processors_changed(len(self.membership.live()))
-        log.info("processor %s: long poll closed and no sign of life for %.1fs: left",
-                 processor_id, self._clock.now() - closed_at,
-                 extra={"reason": "poll_closed"})
-        self._trigger("poll_closed")
-
-    async def leave(self, processor_id: str) -> bool:
-        """A processor leaves now; a rebalance follows."""
-        async with self._lock:
-            left = await self._io(lambda: self.membership.leave(processor_id))
-        if left:
-            self._membership_news()
-            self._observer.processors_changed(len(self.membership.live()))
-            self._trigger("leave")
-        return left
-
-    async def _sweep(self) -> None:
-        """Every replica refreshes its view of the leases (heartbeats reach any replica);
-        the leader also expires leases and reacts to processors that joined or left
-        through other replicas."""
-        try:
-            async with self._lock:
-                await self._io(self.membership.load)
-                if self._store_lost_at is not None:
-                    # Heartbeats could not be written while the store was unreachable: as
-                    # after a handover, every lease gets a full TTL from now before any
-                    # expires, so an outage costs no live worker its tasks.
-                    log.warning("store reachable again after %.1fs: every lease renewed "
-                                "for a full TTL", self._clock.now() - self._store_lost_at,
-                                extra={"reason": "store_recovered"})
-                    self._store_lost_at = None
-                    self._lead_since = self._clock.now()
-                expired: list[str] = []
-                # A sweep that runs a heartbeat interval late found this process stalled
-                # (a long pause, a starved event loop): the heartbeats of that time are
-                # still unread in their sockets, so no lease expires before they are read
-                # (the next sweep, on time, expires the ones that really ran out).
-                late = self._clock.monotonic() - self._sweep_due
-                stalled = late > self.config.heartbeat_interval_s
-                if stalled and self._leader.is_leader():
-                    log.warning("lease sweep %.1fs late (this coordinator was stalled): "
-                                "expiring no lease before the heartbeats of that time are "
-                                "read", late, extra={"reason": "sweep_late"})
-                # a new leader grants a full TTL first: see _take_lead
-                if self._leader.is_leader() and not stalled and \
-                        self._clock.now() >= self._lead_since + self.config.lease_ttl_s:
-                    expired = self.membership.expired()
-                    if expired:
-                        await self._io(lambda: self.membership.remove(expired))
-                joined, left = self._membership_news()
-            self._probe_if_warm()
-            if joined or left:
-                self._observer.processors_changed(len(self.membership.live()))
-            if expired:
-                log.info("leases expired: %s", ", ".join(expired),
-                         extra={"reason": "lease_expired"})
-                self._trigger("lease_expired")
-            elif joined:
-                self._trigger("join")
-            elif left:
-                self._trigger("leave")
-        except StoreUnavailable as e:
-            if self._store_lost_at is None:
-                self._store_lost_at = self._clock.now()
-                log.warning("lease sweep skipped, store unreachable: %s", e)
-        except CoordinatorError as e:
-            log.warning("lease sweep skipped: %s", e)
-        finally:
-            self._schedule_sweep()
-
-    def _membership_news(self) -> tuple[frozenset[str], frozenset[str]]:
-        """Processors that joined and left since this replica last reacted to its
-        membership, whatever brought them into or out of its cache."""
-        live = frozenset(self.membership.live())
-        joined, left = live - self._members_seen, self._members_seen - live
-        self._members_seen = live
-        for pid in left:  # its polls no longer matter (and ids must not pile up)
-            self._polls.pop(pid, None)
-        return joined, left
-
-    def _schedule_sweep(self) -> None:
-        # Refresh at most once a second (a sweep reads every lease), but on the leader
-        # wake right when the next known lease runs out: worker failover should cost the
-        # lease TTL, not the TTL plus a sweep period.
-        interval = min(1.0, self.config.lease_ttl_s / 4)
-        expiry = self.membership.next_expiry()
-        if expiry is not None and self._leader.is_leader():
-            interval = min(interval, max(0.02, expiry - self._clock.now() + 0.01))
-        self._sweep_due = self._clock.monotonic() + interval
-        self._schedule("lease-sweep", interval, self._sweep)
 
     # ------------------------------------------------------------------ triggers
 
@@ -677,9 +417,7 @@ class Coordinator:
 
     async def update_inputs(self, inputs: Iterable[SystemStreamPartition]) -> None:
         """A changed input partition set (e.g. partitions added) generates a new version."""
-        whole = tuple(sorted({s.whole() for s in inputs}))
-        if whole != self._inputs:
-            self._inputs = whole
+        if self._inputs.replace(inputs):
             await self.rebalance("inputs_changed")
 
     async def update_shards(self, system: str, stream: str, shards: Mapping[int, Shard]
@@ -688,16 +426,10 @@ class Coordinator:
         shards (children added, expired parents gone) and the lineage goes into the job
         model's config; any change generates a new version. Returns the partitions that
         left (their checkpoints are for the caller to forget)."""
-        key = (system, stream)
-        listed = {SystemStreamPartition(system, stream, p) for p in shards}
-        mine = {s for s in self._inputs if (s.system, s.stream) == key}
-        inputs = tuple(sorted({s for s in self._inputs if (s.system, s.stream) != key}
-                              | listed))
-        lineage = {**self._lineage, key: dict(shards)}
-        if inputs != self._inputs or lineage != self._lineage:
-            self._inputs, self._lineage = inputs, lineage
+        changed, left = self._inputs.list_shards(system, stream, shards)
+        if changed:
             await self.rebalance("inputs_changed")
-        return sorted(mine - listed)
+        return left
 
     def _needs_regeneration(self, model: JobModel | None) -> bool:
         """True when the configured job differs from ``model`` (e.g. after a restart with
@@ -705,13 +437,11 @@ class Coordinator:
         live = set(self.membership.live())
         if model is None:
             return bool(live)
-        grouped = {s.whole() for c in model.containers.values()
-                   for t in c.active_tasks for s in t.ssps}
         return bool(live) and (
             model.elasticity_factor != self.elasticity_factor()
             or model.ssp_grouper != self.config.grouper
             or set(model.containers) != live
-            or (bool(model.containers) and grouped != set(self._inputs))
+            or self._inputs.grouped_differently(model)
         )
 
     # ------------------------------------------------------------------ generation
@@ -735,8 +465,8 @@ class Coordinator:
             factor = self.elasticity_factor()
             lags = self.membership.task_lags()
             locality = self._known_locality
-            inputs = self._inputs
-            extra = {SHARDS: lineage_to_config(self._lineage)} if self._lineage else None
+            inputs = self._inputs.partitions
+            extra = self._inputs.job_config()
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
         def generate() -> GeneratedJobModel:
@@ -762,12 +492,8 @@ class Coordinator:
     ) -> JobModel | None:
         version = generated.job_model.version
         model = generated.job_model
-        self._probing_wanted = generated.assignment.probing_rebalance_needed
-        self._warmups = generated.assignment.warmups
-        if self._probing_wanted:
-            self._schedule("probing", self.config.probing_interval_s, self._probe)
-        elif self._scheduler is not None:
-            self._scheduler.cancel("probing")
+        self._probing.assigned(generated.assignment.probing_rebalance_needed,
+                               generated.assignment.warmups)
         if previous is not None and previous.containers == model.containers \
                 and previous.config == model.config:
             log.info("rebalance (%s): assignment unchanged, version %d stays", reason,
@@ -779,10 +505,7 @@ class Coordinator:
             return None
         fence = self._leader.fence()
         now = self._clock.now()
-        barrier = Barrier(version, BarrierState.PENDING, frozenset(model.containers),
-                          frozenset(), now)
-        if not barrier.participants:
-            barrier = Barrier(version, BarrierState.DONE, frozenset(), frozenset(), now, now)
+        barrier = Barrier.opened(version, frozenset(model.containers), now)
         # the barrier exists before the pointer makes the version visible: an ack can never
         # find a published version without one
         published = await self._io(lambda: self._models.publish(
@@ -812,31 +535,6 @@ class Coordinator:
                            lambda: self._barrier_timeout(version))
         self._notify()
         return model
-
-    async def _probe(self) -> None:
-        self._last_probe = self._clock.now()
-        await self.rebalance("probing")
-
-    def _probe_if_warm(self) -> None:
-        """Leader, at each lease sweep: a warm-up whose state caught up (its processor
-        reports a lag within the acceptable recovery lag) gets its probing rebalance now,
-        rate-limited, instead of at the probing timer."""
-        if not (self._probing_wanted and self._warmups and self._leader.is_leader()):
-            return
-        if self.config.probing_min_interval_s >= self.config.probing_interval_s:
-            return  # configured as timer only: the timer always comes first
-        if self._clock.now() - self._last_probe < self.config.probing_min_interval_s:
-            return
-        lags = self.membership.task_lags()
-        acceptable = self.config.assignment.acceptable_recovery_lag
-        warm = sorted((task, pid) for task, pid in self._warmups
-                      if lags.get(pid, {}).get(task, acceptable + 1) <= acceptable)
-        if warm:
-            log.info("warm-ups caught up (%s): probing rebalance now",
-                     ", ".join(f"{t} on {p}" for t, p in warm[:5]),
-                     extra={"reason": "probing"})
-            self._last_probe = self._clock.now()
-            self._schedule("probing", 0.0, self._probe)
 
     # ------------------------------------------------------------------ barrier
 
@@ -891,9 +589,8 @@ class Coordinator:
                     for name in (t.name for t in c.active_tasks)}
         known = self._known_locality
 
-        for old in [v for v in self._barrier_outcomes
-                    if v < barrier.version - 2 * self.config.keep_job_models]:
-            del self._barrier_outcomes[old]  # older than any model still kept
+        # outcomes older than any model still kept
+        self._fence.forget_before(barrier.version - 2 * self.config.keep_job_models)
 
         def persist() -> None:
             self._models.set_active(barrier.version)
@@ -922,10 +619,8 @@ class Coordinator:
                 return  # completed meanwhile through another replica
             self._barrier = timed_out
             silent = sorted(timed_out.silent)
-            await self._io(lambda: self.membership.remove(silent))
-            self._membership_news()
+            await self.liveness.drop(silent)
             self._observer.barrier_ended(timed_out.state.value, self.config.barrier_timeout_s)
-            self._observer.processors_changed(len(self.membership.live()))
             log.warning("barrier of version %d timed out; dropping silent processors: %s",
                         version, ", ".join(silent),
                         extra={"version": version, "reason": "barrier_timeout"})
@@ -964,66 +659,18 @@ class Coordinator:
             active = self._active
         if active is None:
             raise Fenced("no job model is active yet: nothing may be committed")
-        if version > active.version:
-            raise Fenced(f"version {version} is not active (active: {active.version})")
-        _require_owner(active, processor_id, task_names,
-                       f"processor {processor_id!r} does not own task {{task!r}} as active "
-                       f"in the active job model (version {active.version})")
-        if version == active.version:
-            return active
-        tagged = await self.model(version)
-        if tagged is None:
-            raise Fenced(f"version {version} is stale and no longer known")
-        for v in range(active.version - 1, version - 1, -1):  # newest first: fails sooner
-            # Only versions whose barrier completed can have had another processor work on
-            # the task; a version superseded or timed out before that never ran anywhere
-            # (a worker that never saw it rightly kept its query across it).
-            if v != version and not await self._barrier_completed(v):
-                continue
-            model = tagged if v == version else await self.model(v)
-            if model is None:
-                raise Fenced(f"version {version} is stale: version {v} is no longer known")
-            _require_owner(model, processor_id, task_names,
-                           f"version {version} is stale: processor {processor_id!r} did not "
-                           f"own task {{task!r}} in version {v}")
-        return tagged
-
-    async def _barrier_completed(self, version: int) -> bool:
-        """Whether ``version``'s barrier was ever done (then processors may have run it);
-        an unknown barrier counts as done. Final states are remembered."""
-        known = self._barrier_outcomes.get(version)
-        if known is not None:
-            return known
-        barrier = await self._io(lambda: self._barriers.load(version))
-        if barrier is None:
-            return True
-        if barrier.state is not BarrierState.PENDING:
-            self._barrier_outcomes[version] = barrier.state is BarrierState.DONE
-        return barrier.state is BarrierState.DONE
+        return await self._fence.check(active, processor_id, version, task_names)
 
     # ------------------------------------------------------------------ helpers
-
-    def _require_leader(self) -> None:
-        if not self._leader.is_leader():
-            raise NotLeader("this replica is not the leader")
 
     def _schedule(self, name: str, delay_s: float, action: Callable[[], Awaitable[None]]) -> None:
         if self._scheduler is not None:
             self._scheduler.schedule(name, delay_s, action)
 
+    def _cancel(self, name: str) -> None:
+        if self._scheduler is not None:
+            self._scheduler.cancel(name)
+
     async def _io(self, fn: Callable[[], T]) -> T:
         return await asyncio.to_thread(fn)
 
-
-def _owners(model: JobModel) -> dict[str, str]:
-    return model.memo("owners", lambda m: m.active_owner())
-
-
-def _require_owner(model: JobModel, processor_id: str, task_names: Sequence[str],
-                   refusal: str) -> None:
-    """Fenced unless ``processor_id`` owns every task of ``task_names`` in ``model``;
-    ``refusal`` names the task as ``{task!r}``."""
-    owner = _owners(model)
-    for name in task_names:
-        if owner.get(name) != processor_id:
-            raise Fenced(refusal.format(task=name))
