@@ -82,6 +82,11 @@ class JobModelGenerator:
         self._keep = keep
         self._max_change_share = max_change_share
         self._indexes: OrderedDict[int, tuple[JobModel, _Index]] = OrderedDict()
+        # processor id -> (its lag report, a container) known to name only that
+        # container's tasks: reports and containers are immutable, and steady ones keep
+        # their identity (unchanged containers are shared between versions, an unchanged
+        # report is kept by the membership), so a change re-checks only what changed
+        self._own_reports: dict[str, tuple[Mapping[str, int], ContainerModel]] = {}
         self.last_path = ""
 
     def generate(
@@ -110,7 +115,8 @@ class JobModelGenerator:
             if index is not None:
                 assert previous is not None
                 step = _Step(index, previous, processors, task_locality or {},
-                             task_lags or {}, params, self._max_change_share)
+                             task_lags or {}, params, self._max_change_share,
+                             self._own_reports)
                 done = step.run()
                 if done is not None:
                     result, new_index = done
@@ -184,8 +190,10 @@ class _Step:
 
     def __init__(self, index: _Index, previous: JobModel, processors: Mapping[str, str],
                  task_locality: Mapping[str, str], task_lags: Mapping[str, Mapping[str, int]],
-                 params: AssignmentParams, max_change_share: float) -> None:
+                 params: AssignmentParams, max_change_share: float,
+                 own_reports: dict[str, tuple[Mapping[str, int], ContainerModel]]) -> None:
         self.x = index
+        self.own_reports = own_reports
         self.previous = previous
         self.processors = processors
         self.task_locality = task_locality
@@ -245,12 +253,22 @@ class _Step:
     def _own_reports(self) -> bool:
         """True when every live processor's report names only tasks it ran."""
         containers = self.previous.containers
+        known = self.own_reports
         for pid, report in self.task_lags.items():
             if not report or pid not in self.processors:
                 continue
             container = containers.get(pid)
-            if container is None or not report.keys() <= container.tasks.keys():
+            if container is None:
                 return False
+            seen = known.get(pid)
+            if seen is not None and seen[0] is report and seen[1] is container:
+                continue
+            if not report.keys() <= container.tasks.keys():
+                return False
+            known[pid] = (report, container)
+        if len(known) > 2 * len(self.processors):  # processors gone: forget them
+            for pid in [p for p in known if p not in self.processors]:
+                del known[pid]
         return True
 
     def _reported(self, u: int, j: int) -> int | None:

@@ -53,7 +53,8 @@ def scenarios(draw: Any) -> dict[str, Any]:
             num_standbys=draw(st.sampled_from([0, 0, 0, 1]))),
         "steps": draw(st.lists(
             st.sampled_from(["join", "leave", "join+leave", "join2", "leave2", "lags",
-                             "foreign lags", "locality", "factor", "none"]),
+                             "foreign lags", "same lags", "join+same lags",
+                             "leave+same lags", "locality", "factor", "none"]),
             min_size=1, max_size=8)),
     }
 
@@ -78,6 +79,7 @@ def test_incremental_generation_equals_full_generation(s: dict[str, Any], data: 
     previous = generator.generate(1, ssps, GROUPER, factor, procs, **args).job_model
     next_id = len(procs)
     lag = st.sampled_from([0, 5, 10_000, 10_001, 50_000])
+    last_lags: dict[str, dict[str, int]] = {}
     for version, step in enumerate(s["steps"], start=2):
         lags: dict[str, dict[str, int]] = {}
         locality: dict[str, str] = {}
@@ -89,7 +91,9 @@ def test_incremental_generation_equals_full_generation(s: dict[str, Any], data: 
             for _ in range(2 if step == "leave2" else 1):
                 if len(procs) > 1:
                     procs.pop(draw(st.sampled_from(sorted(procs))))
-        if step == "lags" or (step != "foreign lags" and draw(st.booleans())):
+        if "same lags" in step:  # the very report objects of the last step (steady lags)
+            lags = dict(last_lags)
+        elif step == "lags" or (step != "foreign lags" and draw(st.booleans())):
             lags = own_reports(previous, draw, lag)
         if step == "foreign lags":
             lags = {pid: {name: draw(lag) for name in
@@ -111,6 +115,7 @@ def test_incremental_generation_equals_full_generation(s: dict[str, Any], data: 
                 and step in ("join", "leave", "none", "locality", "lags", "foreign lags"):
             assert generator.last_path == "incremental"
         previous = incremental.job_model
+        last_lags = lags
 
 
 def balanced_start(n_procs: int = 40, partitions: int = 50, factor: int = 4,
@@ -164,3 +169,19 @@ def test_what_it_cannot_follow_takes_the_full_path() -> None:
     restarted = JobModel(model.version, model.config, model.containers)  # not its own
     generator.generate(4, inputs(50), GROUPER, 4, procs, previous=restarted)
     assert generator.last_path == "full"
+
+
+def test_a_changed_report_is_checked_again_though_its_container_is_the_same() -> None:
+    generator, model, procs = balanced_start(stateful=True)
+    lags = {pid: dict.fromkeys(c.tasks, 0) for pid, c in model.containers.items()}
+    live = dict(procs)
+    live.pop("p03")
+    args: dict[str, Any] = {"previous": model, "stateful": True}
+    generator.generate(2, inputs(50), GROUPER, 4, live, task_lags=lags, **args)
+    assert generator.last_path == "incremental"  # every report checked, and remembered
+    foreign = next(iter(model.containers["p05"].tasks))
+    changed = {**lags, "p07": {**lags["p07"], foreign: 0}}  # p07 now reports p05's task
+    again = generator.generate(2, inputs(50), GROUPER, 4, live, task_lags=changed, **args)
+    assert generator.last_path == "full"
+    assert_same(again, generate_job_model(2, inputs(50), GROUPER, 4, live,
+                                          task_lags=changed, **args))
