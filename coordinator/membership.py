@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import secrets
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,7 +31,7 @@ from coordinator.errors import (
     ProcessorConflict,
     UnknownProcessor,
 )
-from coordinator.store.metadata import MetadataStore
+from coordinator.store.metadata import MetadataStore, Versioned
 
 NAMESPACE = "processors"
 
@@ -127,6 +129,18 @@ class Membership:
         # here: a renewal is written through only when that expiry holds for less than
         # half a TTL, and first tried as a compare-and-set on that version (no read)
         self._stored: dict[str, tuple[int, float]] = {}
+        # Every change of a processor's cached lease takes the next number, and a snapshot
+        # of the store (read without the coordinator's lock: 1000 leases take ZooKeeper
+        # a good part of a second) takes one before it reads: merging the snapshot leaves
+        # alone the processors changed here after it was taken.
+        self._numbers = itertools.count(1)
+        self._changed_at: dict[str, int] = {}
+        # Store I/O runs outside it; the cache changes under it. Heartbeats are written
+        # through without the coordinator's lock (each is a store round trip: 200 a second
+        # on ZooKeeper kept that lock busy and delayed rebalances by seconds), so a
+        # write's or a read's result goes into the cache only if no other change of that
+        # processor (a removal above all) came in between.
+        self._mutex = threading.Lock()
 
     @property
     def lease_ttl_s(self) -> float:
@@ -134,19 +148,40 @@ class Membership:
         return self._ttl
 
     def load(self) -> None:
-        """Refresh the cache from the store (every lease, whichever replica wrote it). A
-        lease this replica renewed in memory since its record was written (the same
-        incarnation, a later expiry) keeps its fresher expiry, lags and stats."""
-        stored = self._store.list(NAMESPACE)
-        cached = self._leases
-        leases: dict[str, ProcessorLease] = {}
-        for pid, v in stored.items():
-            lease = ProcessorLease.from_bytes(v.value)
-            self._stored[pid] = (v.version, lease.expires_at)
-            leases[pid] = _fresher(cached.get(pid), lease)
-        for pid in self._stored.keys() - leases.keys():
-            del self._stored[pid]
-        self._leases = leases
+        """Refresh the cache from the store (every lease, whichever replica wrote it)."""
+        self.merge(*self.snapshot())
+
+    def snapshot(self) -> tuple[int, dict[str, Versioned]]:
+        """Every stored lease record, and the number that orders the read among this
+        cache's changes (for :meth:`merge`). Safe to call while the cache changes."""
+        taken = next(self._numbers)
+        return taken, self._store.list(NAMESPACE)
+
+    def merge(self, taken: int, stored: Mapping[str, Versioned]) -> None:
+        """Refresh the cache from a :meth:`snapshot`. A lease this replica renewed in
+        memory since its record was written (the same incarnation, a later expiry) keeps
+        its fresher expiry, lags and stats; a processor whose lease changed here after the
+        snapshot was taken (registered, renewed, removed) is left as it is now."""
+        # parsed first: the event loop may wait for the mutex (renewals in memory)
+        parsed = {pid: (v.version, ProcessorLease.from_bytes(v.value))
+                  for pid, v in stored.items()}
+        with self._mutex:
+            cached = self._leases
+            recent = {pid for pid, n in self._changed_at.items() if n > taken}
+            leases: dict[str, ProcessorLease] = {pid: cached[pid] for pid in recent
+                                                 if pid in cached}
+            for pid, (version, lease) in parsed.items():
+                if pid in recent:
+                    continue
+                self._stored[pid] = (version, lease.expires_at)
+                leases[pid] = _fresher(cached.get(pid), lease)
+            for pid in self._stored.keys() - leases.keys():
+                del self._stored[pid]
+            self._leases = leases
+            self._changed_at = {pid: self._changed_at[pid] for pid in recent}
+
+    def _changed(self, pid: str) -> None:
+        self._changed_at[pid] = next(self._numbers)
 
     def live(self) -> Mapping[str, ProcessorLease]:
         """Processors whose lease has not been expired by :meth:`expire` or left."""
@@ -192,9 +227,11 @@ class Membership:
                 return lease, False, token
         lease = ProcessorLease(pid, location_id, host, now, now + self._ttl,
                                token_hash=_hash(token))
-        self._stored[pid] = (self._store.put(NAMESPACE, pid, lease.to_bytes()),
-                             lease.expires_at)
-        self._leases[pid] = lease
+        version = self._store.put(NAMESPACE, pid, lease.to_bytes())
+        with self._mutex:
+            self._stored[pid] = (version, lease.expires_at)
+            self._leases[pid] = lease
+            self._changed(pid)
         return lease, True, token
 
     def heartbeat(
@@ -246,10 +283,11 @@ class Membership:
         token: str | None,
         task_lags: Mapping[str, int] | None = None,
         stats: Mapping[str, Any] | None = None,
-    ) -> ProcessorLease | None:
-        """A heartbeat's renewal in this replica's memory only, while its stored record
-        still holds for half a TTL; None when the heartbeat must be written through
-        (:meth:`heartbeat`).
+    ) -> tuple[ProcessorLease, bool] | None:
+        """A heartbeat's renewal in the leader's memory, and whether its stored record is
+        due to be written (it holds for less than half a TTL: :meth:`write_behind`, which
+        the caller need not wait for); None when the heartbeat must go to the store
+        (:meth:`heartbeat`): not the leader, a processor or token this cache does not know.
 
         At 1000 processors every 2 s, writing each renewal cost the coordinator most of a
         core (on ZooKeeper, the queue of writes also delayed rebalances by seconds). Only
@@ -259,21 +297,45 @@ class Membership:
         TTL before it expires any: so a dead processor still expires one TTL after its last
         heartbeat, and a live one never does. The stored record stays at least half a TTL
         minus a heartbeat interval ahead of now, and its lags and stats are those of the
-        last write-through (what other replicas show until then)."""
+        last write-through (what other replicas show until then).
+
+        The renewal is in memory first even when a write is due: a slow store (ZooKeeper
+        busy with a large write) must not expire, in the leader's own view, a processor
+        whose heartbeats arrive."""
         if not self._renews_in_memory():
             return None
         lease = self._leases.get(processor_id)
         stored = self._stored.get(processor_id)
         if lease is None or stored is None or token is None or not lease.token_hash:
             return None
-        now = self._clock.now()
-        if stored[1] - now < self._ttl / 2:
-            return None
         if not hmac.compare_digest(_hash(token), lease.token_hash):
             return None  # another incarnation, maybe registered elsewhere: ask the store
+        now = self._clock.now()
         renewed = self._renewed(lease, now, task_lags, stats)
-        self._leases[processor_id] = renewed
-        return renewed
+        with self._mutex:
+            if self._leases.get(processor_id) is not lease:
+                return None  # changed meanwhile: the store decides
+            self._leases[processor_id] = renewed
+            self._changed(processor_id)
+        return renewed, stored[1] - now < self._ttl / 2
+
+    def write_behind(self, processor_id: str) -> ProcessorLease | None:
+        """Write the leader's renewal of ``processor_id`` (from :meth:`renew_cached`) to
+        the store: one compare-and-set on the cached version, else read and written
+        again. None when the record is gone or another incarnation's (the cache then
+        holds the store's view, which the processor's next heartbeat meets)."""
+        for _ in range(3):
+            lease, known = self._leases.get(processor_id), self._stored.get(processor_id)
+            if lease is None:
+                return None
+            if known is not None and self._write(lease, known[0]):
+                return lease
+            found = self._read(processor_id)
+            if found is None or found[0].token_hash != lease.token_hash:
+                return None
+            if self._write(found[0], found[1]):
+                return found[0]
+        return None
 
     def _renewed(self, lease: ProcessorLease, now: float, task_lags: Mapping[str, int] | None,
                  stats: Mapping[str, Any] | None) -> ProcessorLease:
@@ -316,8 +378,10 @@ class Membership:
     def leave(self, processor_id: str) -> bool:
         """Remove a processor now; True if it was registered."""
         existed = self._store.delete(NAMESPACE, processor_id)
-        existed = self._leases.pop(processor_id, None) is not None or existed
-        self._stored.pop(processor_id, None)
+        with self._mutex:
+            existed = self._leases.pop(processor_id, None) is not None or existed
+            self._stored.pop(processor_id, None)
+            self._changed(processor_id)
         return existed
 
     def lease_of(self, processor_id: str) -> ProcessorLease | None:
@@ -332,31 +396,49 @@ class Membership:
     def remove(self, processor_ids: list[str]) -> None:
         """Drop processors (expired, left, or silent at a barrier)."""
         for pid in processor_ids:
-            self._leases.pop(pid, None)
-            self._stored.pop(pid, None)
+            # deleted, then dropped: a write through that lands before the delete is
+            # deleted with it, one after it is refused (and keeps out of the cache)
             self._store.delete(NAMESPACE, pid)
+            with self._mutex:
+                self._leases.pop(pid, None)
+                self._stored.pop(pid, None)
+                self._changed(pid)
 
     def next_expiry(self) -> float | None:
         """The earliest lease expiry time, if any processor is registered."""
         return min((lease.expires_at for lease in self._leases.values()), default=None)
 
     def _read(self, pid: str) -> tuple[ProcessorLease, int] | None:
+        before = self._changed_at.get(pid)
         found = self._store.get(NAMESPACE, pid)
-        if found is None:
-            self._leases.pop(pid, None)
-            self._stored.pop(pid, None)
-            return None
-        lease = ProcessorLease.from_bytes(found.value)
-        self._stored[pid] = (found.version, lease.expires_at)
-        # the renewal in memory, if fresher, is what a write of this version carries on
-        fresh = self._leases[pid] = _fresher(self._leases.get(pid), lease)
-        return fresh, found.version
+        lease = None if found is None else ProcessorLease.from_bytes(found.value)
+        with self._mutex:
+            current = self._changed_at.get(pid) == before  # nothing came in between
+            if found is None or lease is None:
+                if current:
+                    self._leases.pop(pid, None)
+                    self._stored.pop(pid, None)
+                    self._changed(pid)
+                return None
+            # the renewal in memory, if fresher, is what a write of this version carries on
+            fresh = _fresher(self._leases.get(pid), lease)
+            if current:
+                self._stored[pid] = (found.version, lease.expires_at)
+                self._leases[pid] = fresh
+                self._changed(pid)
+            return fresh, found.version
 
     def _write(self, lease: ProcessorLease, version: int) -> bool:
-        written = self._store.compare_and_set(NAMESPACE, lease.processor_id,
-                                              lease.to_bytes(), version)
+        pid = lease.processor_id
+        before = self._changed_at.get(pid)
+        written = self._store.compare_and_set(NAMESPACE, pid, lease.to_bytes(), version)
         if written is None:
             return False
-        self._leases[lease.processor_id] = lease
-        self._stored[lease.processor_id] = (written, lease.expires_at)
+        with self._mutex:
+            if self._changed_at.get(pid) != before and pid not in self._leases:
+                return False  # removed meanwhile: written before the delete, deleted
+            # a renewal in memory since this write began is fresher: it stays
+            self._leases[pid] = _fresher(self._leases.get(pid), lease)
+            self._stored[pid] = (written, lease.expires_at)
+            self._changed(pid)
         return True

@@ -47,7 +47,7 @@ from coordinator.lifecycle.inputs import JobInputs
 from coordinator.lifecycle.liveness import Liveness
 from coordinator.lifecycle.probing import Probing
 from coordinator.lifecycle.waiters import ChangeSignal
-from coordinator.locality import CONFIG, DesiredConfig, TaskLocality
+from coordinator.locality import CONFIG, DesiredConfig, LocalityWriter, TaskLocality
 from coordinator.membership import Membership, ProcessorLease
 from coordinator.model_cache import ModelCache
 from coordinator.scheduler import Scheduler
@@ -88,6 +88,7 @@ class Coordinator:
         self._barriers = BarrierRepository(store)
         self._acks = AckGroup(self._write_acks)  # acks written together (group commit)
         self._locality = TaskLocality(store)
+        self._locality_writes = LocalityWriter(self._locality)
         self._desired = DesiredConfig(store)
         self._scheduler: Scheduler | None = None
         self._lock = asyncio.Lock()  # guards state changes; held only briefly
@@ -111,7 +112,7 @@ class Coordinator:
         self._probing = Probing(config, self.membership, leader, clock, self._schedule,
                                 self._cancel, self.rebalance)
         self.liveness = Liveness(config, self.membership, leader, clock, self._observer,
-                                 self._lock, self._schedule, self._trigger,
+                                 self._lock, self._trigger,
                                  self.latest_task_names, self._probing.probe_if_warm)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -137,10 +138,12 @@ class Coordinator:
             self._take_lead()
 
     async def stop(self) -> None:
-        """Cancel timers and wake long polls."""
+        """Cancel timers, finish the task locality writes and wake long polls."""
         self._stopping = True
         if self._scheduler is not None:
             await self._scheduler.close()
+        await self._locality_writes.flush()
+        await self.liveness.stop()
         self._notify()
 
     def leadership_changed(self, leading: bool) -> None:
@@ -213,6 +216,15 @@ class Coordinator:
         barrier (acks reach any replica), the active version, the desired factor."""
         latest = await self._io(self._models.latest)
         self._desired_cache = await self._io(self._desired.read)
+        # The barrier and the active version are read before the lock (store reads take
+        # seconds while ZooKeeper is busy, and heartbeats' registrations and acks wait on
+        # the lock); what the ack path applied meanwhile is never replaced by an older read.
+        known = self._latest
+        read: tuple[int, Barrier | None, int | None] | None = None
+        if known is not None and (latest is None or latest[0] <= known.version):
+            version = known.version
+            read = (version, await self._io(lambda: self._barriers.load(version)),
+                    await self._io(self._models.active_version))
         async with self._lock:
             current = self._latest
             if latest is not None and (current is None or latest[0] > current.version):
@@ -226,10 +238,13 @@ class Coordinator:
                         BARRIERS, f"{version:020d}", self._barrier_watch(version)))
             model = self._latest
             if model is not None:
-                barrier = await self._io(lambda: self._barriers.load(model.version))
-                if barrier is not None and barrier != self._barrier:
+                if read is not None and read[0] == model.version:
+                    _, barrier, active = read
+                else:
+                    barrier = await self._io(lambda: self._barriers.load(model.version))
+                    active = await self._io(self._models.active_version)
+                if barrier is not None and _later(barrier, self._barrier):
                     self._barrier = barrier
-                active = await self._io(self._models.active_version)
                 if active is not None and (self._active is None
                                            or active > self._active.version):
                     found = await self.model(active)
@@ -541,8 +556,15 @@ class Coordinator:
     async def ack(self, version: int, processor_id: str) -> BarrierState:
         """A processor acknowledges ``version`` (it stopped and committed what it loses).
         Any replica takes acks: the barrier is updated in the store by compare-and-set,
-        with the acks that arrived meanwhile (:class:`AckGroup`)."""
+        with the acks that arrived meanwhile (:class:`AckGroup`). An ack that finds the
+        barrier done answers once the new task localities are stored."""
         updated = await self._acks.ack(version, processor_id)
+        state = await self._take_ack(version, updated)
+        if state is BarrierState.DONE:
+            await self._locality_writes.flush()
+        return state
+
+    async def _take_ack(self, version: int, updated: Barrier) -> BarrierState:
         async with self._lock:
             latest = self._latest
             if latest is None or latest.version != version:
@@ -594,10 +616,13 @@ class Coordinator:
 
         def persist() -> None:
             self._models.set_active(barrier.version)
-            self._locality.write(locality, known)
             self._barriers.prune(barrier.version - self.config.keep_job_models)
 
         await self._io(persist)
+        # localities are host-affinity hints: written in the background (a crash before
+        # they are stored costs the tasks' affinity after a restart, nothing else); the
+        # ack that completes the barrier answers once they are stored
+        self._locality_writes.write(locality, known)
         self._known_locality = {**known, **locality}
         self._active = model
         waited = (barrier.ended_at or barrier.started_at) - barrier.started_at
@@ -674,3 +699,12 @@ class Coordinator:
     async def _io(self, fn: Callable[[], T]) -> T:
         return await asyncio.to_thread(fn)
 
+
+def _later(read: Barrier, current: Barrier | None) -> bool:
+    """Whether a barrier read from the store is later than the one this replica holds
+    (another version, or the same one further along: ended, or more acks)."""
+    if current is None or read.version != current.version:
+        return True
+    if current.state is not BarrierState.PENDING:
+        return False
+    return read.state is not BarrierState.PENDING or len(read.acked) > len(current.acked)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from coordinator.clock import Clock
@@ -13,10 +13,9 @@ from coordinator.errors import CoordinatorError, StoreUnavailable
 from coordinator.leader import LeaderRole
 from coordinator.lifecycle.config import CoordinatorConfig, LifecycleObserver
 from coordinator.membership import Membership, ProcessorLease
+from coordinator.scheduler import Scheduler
 
 log = logging.getLogger("coxswain.coordinator")
-
-Schedule = Callable[[str, float, Callable[[], Awaitable[None]]], None]
 
 
 class Liveness:
@@ -32,7 +31,6 @@ class Liveness:
         clock: Clock,
         observer: LifecycleObserver,
         lock: asyncio.Lock,
-        schedule: Schedule,
         trigger: Callable[[str], None],
         task_names: Callable[[], frozenset[str]],
         after_sweep: Callable[[], None],
@@ -45,7 +43,9 @@ class Liveness:
         self._clock = clock
         self._observer = observer
         self._lock = lock
-        self._schedule = schedule
+        # its own timers: a sweep waits for a store read (seconds while ZooKeeper is busy
+        # with a large write), which must not hold up the lifecycle's rebalances
+        self._timers = Scheduler()
         self._trigger = trigger
         self._task_names = task_names
         self._after_sweep = after_sweep
@@ -58,6 +58,14 @@ class Liveness:
         self._sweep_due = float("inf")  # when the next lease sweep should run (monotonic)
         self._store_lost_at: float | None = None  # when a sweep first found the store down
         self._full_ttl_since = clock.now()  # no lease expires before a TTL from this
+        self._writing: set[str] = set()  # processors whose lease is being written behind
+        self._writes: set[asyncio.Task[None]] = set()
+
+    async def stop(self) -> None:
+        """Stop the sweeps and checks, and wait for the leases being written behind."""
+        await self._timers.close()
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
 
     def grant_full_ttl(self) -> None:
         """Give every lease a full TTL from now before any expires (a new leader: heartbeats
@@ -94,12 +102,38 @@ class Liveness:
         if task_lags is not None:
             known = self._task_names()
             task_lags = {t: lag for t, lag in task_lags.items() if t in known}
-        async with self._lock:
-            renewed = self.membership.renew_cached(processor_id, token, task_lags, stats)
-            if renewed is not None:  # renewed in memory: no store write, no thread hop
-                return renewed
-            return await asyncio.to_thread(
-                self.membership.heartbeat, processor_id, token, task_lags, stats)
+        # Not under the lifecycle's lock: the membership keeps its cache consistent with
+        # concurrent sweeps and removals itself, and a write through is a store round
+        # trip (on ZooKeeper, 200 a second kept the lock busy and delayed rebalances).
+        renewed = self.membership.renew_cached(processor_id, token, task_lags, stats)
+        if renewed is not None:  # renewed in memory: no store write, no thread hop
+            lease, due = renewed
+            if due:
+                self._write_behind(processor_id)
+            return lease
+        return await asyncio.to_thread(
+            self.membership.heartbeat, processor_id, token, task_lags, stats)
+
+    def _write_behind(self, processor_id: str) -> None:
+        """Write a leader's renewal to the store without holding the heartbeat's answer
+        (one write in flight per processor; a failed one is tried again at the next
+        heartbeat, the stored record still holding for up to half a TTL)."""
+        if processor_id in self._writing:
+            return
+        self._writing.add(processor_id)
+        task = asyncio.get_running_loop().create_task(self._write_lease(processor_id))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write_lease(self, processor_id: str) -> None:
+        try:
+            await asyncio.to_thread(self.membership.write_behind, processor_id)
+        except CoordinatorError as e:
+            log.debug("lease of %s not written behind: %s", processor_id, e)
+        except Exception:
+            log.exception("lease of %s not written behind", processor_id)
+        finally:
+            self._writing.discard(processor_id)
 
     async def leave(self, processor_id: str) -> bool:
         """A processor leaves now; a rebalance follows."""
@@ -136,7 +170,7 @@ class Liveness:
                 or processor_id not in self.membership.live():
             return
         closed_at = self._clock.now()
-        self._schedule(f"poll-closed:{processor_id}", grace,
+        self._timers.schedule(f"poll-closed:{processor_id}", grace,
                        lambda: self._poll_close_check(processor_id, closed_at))
 
     async def _poll_close_check(self, processor_id: str, closed_at: float) -> None:
@@ -170,8 +204,11 @@ class Liveness:
         the leader also expires leases and reacts to processors that joined or left
         through other replicas."""
         try:
+            # the store is read without the lock (1000 leases take ZooKeeper a good part
+            # of a second, which heartbeats and rebalances must not wait for)
+            snapshot = await asyncio.to_thread(self.membership.snapshot)
             async with self._lock:
-                await asyncio.to_thread(self.membership.load)
+                await asyncio.to_thread(self.membership.merge, *snapshot)
                 if self._store_lost_at is not None:
                     # Heartbeats could not be written while the store was unreachable: as
                     # after a handover, every lease gets a full TTL from now before any
@@ -238,4 +275,4 @@ class Liveness:
         if expiry is not None and self._leader.is_leader():
             interval = min(interval, max(0.02, expiry - self._clock.now() + 0.01))
         self._sweep_due = self._clock.monotonic() + interval
-        self._schedule("lease-sweep", interval, self.sweep)
+        self._timers.schedule("lease-sweep", interval, self.sweep)

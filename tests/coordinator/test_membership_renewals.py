@@ -4,6 +4,7 @@ other replica writes each renewal through."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,15 @@ def stored_expiry(store: SqlMetadataStore, pid: str) -> float:
 
 def beat(m: Membership, pid: str, token: str, lags: dict[str, int] | None = None
          ) -> ProcessorLease:
-    """What the coordinator does for a heartbeat: in memory if it may, else written."""
-    return m.renew_cached(pid, token, lags, None) or m.heartbeat(pid, token, lags, None)
+    """What the coordinator does for a heartbeat: in memory if it may (written behind
+    when due), else written."""
+    renewed = m.renew_cached(pid, token, lags, None)
+    if renewed is None:
+        return m.heartbeat(pid, token, lags, None)
+    lease, due = renewed
+    if due:
+        assert m.write_behind(pid) is not None
+    return lease
 
 
 def test_renewals_are_written_half_a_ttl_apart_and_the_store_stays_ahead(
@@ -151,3 +159,101 @@ def test_a_leader_that_lost_leadership_writes_through_again(store: CountingStore
     m.heartbeat("p1", token, {"Partition 0": 1})
     assert stored_expiry(store, "p1") == clock.t + TTL
     assert store.writes == 1
+
+
+def test_a_snapshot_merged_later_leaves_alone_what_changed_after_it_was_taken(
+    store: CountingStore,
+) -> None:
+    """Sweeps read the store without the coordinator's lock and merge under it: a
+    registration, a removal or a renewal after the read must survive the merge."""
+    clock = FakeClock()
+    m = Membership(store, clock, TTL, renews_in_memory=LEADER)
+    _, _, t1 = m.register("p1", "h1", None)
+    m.register("p2", "h2", None)
+    snapshot = m.snapshot()  # p1, p2 as stored now
+    m.register("p3", "h3", None)  # after the read: not in the snapshot
+    m.remove(["p2"])  # after the read: still in the snapshot
+    clock.t += 4.0
+    renewed = beat(m, "p1", t1, {"Partition 0": 7})  # in memory, after the read
+    m.merge(*snapshot)
+    assert sorted(m.live()) == ["p1", "p3"]
+    assert m.live()["p1"] == renewed
+    m.load()  # an up-to-date read changes nothing of it either
+    assert sorted(m.live()) == ["p1", "p3"]
+    assert m.live()["p1"].expires_at == clock.t + TTL
+
+
+def test_a_snapshot_brings_in_what_other_replicas_wrote(store: CountingStore) -> None:
+    clock = FakeClock()
+    here = Membership(store, clock, TTL)
+    there = Membership(store, clock, TTL)
+    here.register("p1", "h1", None)
+    there.register("p2", "h2", None)  # through another replica
+    snapshot = here.snapshot()
+    here.merge(*snapshot)
+    assert sorted(here.live()) == ["p1", "p2"]
+    there.remove(["p2"])
+    here.merge(*here.snapshot())
+    assert sorted(here.live()) == ["p1"]
+
+
+class RacingStore(SqlMetadataStore):
+    """The real SQL store, running ``between`` once right after a compare-and-set: what
+    another thread does while a heartbeat's write is on its way back."""
+
+    between: Callable[[], None] | None = None
+
+    def compare_and_set(self, *args: object, **kwargs: object) -> int | None:
+        written = super().compare_and_set(*args, **kwargs)  # type: ignore[arg-type]
+        action, self.between = self.between, None
+        if action is not None:
+            action()
+        return written
+
+
+def test_a_heartbeat_written_as_the_leader_removes_the_lease_does_not_bring_it_back(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats are written without the coordinator's lock: a removal that lands
+    between a write and its cache update wins, in the store and in the cache."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'racing.db'}")
+    upgrade(engine)
+    racing = RacingStore(engine)
+    m = Membership(racing, FakeClock(), TTL)  # writes every heartbeat through
+    _, _, token = m.register("p1", "h1", None)
+    racing.between = lambda: m.remove(["p1"])
+    with pytest.raises(UnknownProcessor):
+        m.heartbeat("p1", token)
+    assert "p1" not in m.live()
+    assert racing.get(NAMESPACE, "p1") is None
+
+
+def test_a_due_renewal_holds_in_memory_before_it_is_written_behind(
+    store: CountingStore,
+) -> None:
+    """A slow store must not expire, in the leader's view, a processor whose heartbeats
+    arrive: the renewal holds in memory at once, the write follows."""
+    clock = FakeClock()
+    m = Membership(store, clock, TTL, renews_in_memory=LEADER)
+    _, _, token = m.register("p1", "h1", None)
+    clock.t += TTL - 1.0  # the stored record runs out in a second
+    renewed = m.renew_cached("p1", token)
+    assert renewed is not None and renewed[1]  # due
+    assert m.live()["p1"].expires_at == clock.t + TTL  # before anything is written
+    assert stored_expiry(store, "p1") == 1_000.0 + TTL
+    written = m.write_behind("p1")
+    assert written is not None and stored_expiry(store, "p1") == clock.t + TTL
+
+
+def test_a_write_behind_meets_a_newer_incarnation_and_leaves_it(store: CountingStore) -> None:
+    clock = FakeClock()
+    here = Membership(store, clock, TTL, renews_in_memory=LEADER)
+    there = Membership(store, clock, TTL)
+    _, _, old = here.register("p1", "h1", None)
+    clock.t += TTL - 1.0
+    renewed = here.renew_cached("p1", old)
+    assert renewed is not None and renewed[1]
+    _, _, new = there.register("p1", "h1", None)  # registered again through a follower
+    assert here.write_behind("p1") is None
+    assert here.renew_cached("p1", old) is None  # the cache holds the new incarnation
+    assert here.renew_cached("p1", new) is not None

@@ -1,0 +1,93 @@
+"""Task localities are written in the background: a slow write holds neither heartbeats nor
+registrations, and the ack that completes a barrier answers once they are stored."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from coordinator.barrier import BarrierState
+from coordinator.clock import SystemClock
+from coordinator.leader import EmbeddedLeader
+from coordinator.lifecycle import Coordinator, CoordinatorConfig
+from coordinator.locality import TASK_LOCALITY, LocalityWriter, TaskLocality
+from coordinator.store.sql import SqlMetadataStore
+from grouping.model import SSP
+from service.database import make_engine, upgrade
+
+
+class SlowLocalityStore(SqlMetadataStore):
+    """The real SQL store, whose task locality writes wait for ``release`` (a 200k-task
+    write to ZooKeeper takes seconds); every other write goes through at once."""
+
+    release = threading.Event()
+    fail_next = False
+
+    def put_many(self, namespace: str, values: Mapping[str, bytes]) -> None:
+        if namespace == TASK_LOCALITY:
+            assert self.release.wait(30)
+            if self.fail_next:
+                self.fail_next = False
+                raise OSError("store gone for a moment")
+        super().put_many(namespace, values)
+
+
+def store(tmp_path: Path) -> SlowLocalityStore:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    upgrade(engine)
+    slow = SlowLocalityStore(engine)
+    slow.release = threading.Event()
+    return slow
+
+
+async def _barrier_scenario(tmp_path: Path) -> tuple[float, bool, dict[str, str]]:
+    slow = store(tmp_path)
+    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
+                               debounce_s=60, barrier_timeout_s=60)
+    coordinator = Coordinator(config, slow, EmbeddedLeader("r1"), SystemClock())
+    await coordinator.start()
+    try:
+        await coordinator.register("p1", "h1", None)
+        model = await coordinator.rebalance("test")
+        assert model is not None
+        ack = asyncio.create_task(coordinator.ack(model.version, "p1"))
+        await asyncio.sleep(0.3)  # the barrier is done; its localities are being written
+        assert coordinator.barrier is not None
+        assert coordinator.barrier.state is BarrierState.DONE
+        started = time.monotonic()
+        await coordinator.register("p2", "h2", None)  # not held by the write
+        registered_s = time.monotonic() - started
+        answered_early = ack.done()
+        slow.release.set()
+        state = await asyncio.wait_for(ack, 10)
+        assert state is BarrierState.DONE
+        return registered_s, answered_early, TaskLocality(slow).read()
+    finally:
+        slow.release.set()
+        await coordinator.stop()
+
+
+def test_a_slow_locality_write_holds_nothing_but_the_completing_ack(tmp_path: Path) -> None:
+    registered_s, answered_early, stored = asyncio.run(_barrier_scenario(tmp_path))
+    assert registered_s < 0.25
+    assert not answered_early  # its answer waited for the localities...
+    assert stored == {f"Partition {p}": "h1" for p in range(4)}  # ...which are stored
+
+
+async def _writer_scenario(tmp_path: Path) -> dict[str, str]:
+    slow = store(tmp_path)
+    writer = LocalityWriter(TaskLocality(slow))
+    slow.fail_next = True
+    writer.write({"a": "h1", "b": "h1"}, {})  # fails: logged, the next ones go on
+    writer.write({"b": "h2"}, {})
+    writer.write({"c": "h3", "b": "h2"}, {"b": "h2"})  # in order: b stays h2
+    slow.release.set()
+    await asyncio.wait_for(writer.flush(), 10)
+    return TaskLocality(slow).read()
+
+
+def test_writes_run_in_order_and_a_failed_one_stops_none_after_it(tmp_path: Path) -> None:
+    assert asyncio.run(_writer_scenario(tmp_path)) == {"b": "h2", "c": "h3"}
