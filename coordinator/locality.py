@@ -32,16 +32,8 @@ class TaskLocality:
 
     def write(self, locality: Mapping[str, str], known: Mapping[str, str]) -> None:
         """Record ``locality``, writing only entries that differ from ``known``."""
-        self.put(changes(locality, known))
-
-    def put(self, entries: Mapping[str, bytes]) -> None:
-        """Write encoded entries (task name -> location id)."""
-        self._store.put_many(TASK_LOCALITY, entries)
-
-
-def changes(locality: Mapping[str, str], known: Mapping[str, str]) -> dict[str, bytes]:
-    """The entries of ``locality`` that differ from ``known``, encoded for the store."""
-    return {t: loc.encode() for t, loc in locality.items() if known.get(t) != loc}
+        changed = {t: loc.encode() for t, loc in locality.items() if known.get(t) != loc}
+        self._store.put_many(TASK_LOCALITY, changed)
 
 
 class LocalityWriter:

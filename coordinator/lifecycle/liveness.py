@@ -20,8 +20,9 @@ log = logging.getLogger("coxswain.coordinator")
 
 class Liveness:
     """Keeps the membership and turns its changes into triggers (``trigger(reason)``
-    debounces a rebalance). State changes run under the lifecycle's ``lock``; store I/O in
-    worker threads."""
+    debounces a rebalance). Registrations, leaves, expiries and sweeps' merges run under
+    the lifecycle's ``lock``, heartbeats without it (the membership's own mutex keeps its
+    cache consistent); store I/O in worker threads."""
 
     def __init__(
         self,
