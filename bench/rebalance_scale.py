@@ -266,6 +266,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--quiet-s", type=float, default=20.0)
     p.add_argument("--backend", choices=["sqlite", "zookeeper"], default="sqlite")
+    p.add_argument("--log-level", default="WARNING",
+                   help="the coordinator's (INFO logs each publication and barrier end)")
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="bench-rebalance-scale-"))
@@ -274,7 +276,7 @@ def main() -> None:
             "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor",
             str(args.factor), "--max-elasticity-factor", "64", "--debounce-ms", "200",
             "--barrier-timeout-ms", "120000", "--heartbeat-interval-ms",
-            str(int(HEARTBEAT_S * 1000)), "--log-level", "WARNING", *store]).start(
+            str(int(HEARTBEAT_S * 1000)), "--log-level", args.log_level, *store]).start(
                 timeout_s=60)
         try:
             results = asyncio.run(run(args, server))

@@ -38,9 +38,9 @@ from service.autosizer import Autosizer, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
-from service.heartbeat_shortcut import HeartbeatShortcut
 from service.metrics import Metrics
 from service.poll_shortcut import PollShortcut
+from service.post_shortcuts import PostShortcuts
 from service.routes import (
     autosize,
     checkpoints,
@@ -289,7 +289,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
     install_docs(app)
     for module in (health, processors, jobmodel, checkpoints, scale, status, autosize, page):
         app.include_router(module.router)
-    app.add_middleware(HeartbeatShortcut)  # inside the body limit: gets the whole body
+    app.add_middleware(PostShortcuts)  # inside the body limit: gets the whole body
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
                        read_timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(PollShortcut)

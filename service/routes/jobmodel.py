@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
@@ -51,39 +51,73 @@ async def get_job_model(
 ) -> Response:
     """The latest job model (ETag = version). ``since`` + ``waitMs`` long-polls."""
     known = since if since is not None else _etag_version(if_none_match)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    answer = await poll(coordinator, settings.max_wait_ms, processor_id, known, since,
+                        wait_ms, barrier, token, disconnected)
+    if answer.status == 404:
+        raise ApiError(404, NO_JOB_MODEL, NO_JOB_MODEL_DETAIL)
+    headers = None if answer.etag is None else {"ETag": answer.etag}
+    if answer.status == 200:
+        return Response(answer.body, media_type="application/json", headers=headers)
+    return Response(status_code=answer.status, headers=headers)
+
+
+NO_JOB_MODEL = "no_job_model"
+NO_JOB_MODEL_DETAIL = "no job model has been generated yet"
+
+
+class PollAnswer(NamedTuple):
+    """What a job model request gets: 200 with ``body``, 304, 404 (no job model) or 499
+    (its own long poll closed: nobody reads it); ``etag`` is the version's ETag."""
+
+    status: int
+    body: bytes = b""
+    etag: str | None = None
+
+
+async def poll(
+    coordinator: Coordinator, max_wait_ms: int, processor_id: str | None, known: int | None,
+    since: int | None, wait_ms: int | None, barrier: BarrierState | None,
+    token: str | None, disconnected: Callable[[], Awaitable[None]],
+) -> PollAnswer:
+    """The job model request's answer, once there is one: the route's and the poll
+    shortcut's (``service.poll_shortcut``) one implementation. ``known`` is the version
+    the caller has (``since``, else its ``If-None-Match``); ``disconnected`` returns when
+    the caller's connection closes."""
     if processor_id is not None:
         coordinator.poll_seen(processor_id)
     if wait_ms:
-        waiting = coordinator.wait_for_change(known, barrier,
-                                              min(wait_ms, settings.max_wait_ms) / 1000)
+        waiting = coordinator.wait_for_change(known, barrier, min(wait_ms, max_wait_ms) / 1000)
         if processor_id is None or token is None or not _holds_lease(
                 coordinator, processor_id, token):
             await waiting
-        elif await _closed_before(request, waiting):
+        elif await _closed_before(disconnected, waiting):
             # the processor's own long poll (its lease token) lost its connection: a
             # dead worker's does at once (coordinator.poll_closed weighs it)
             coordinator.poll_closed(processor_id)
-            return Response(status_code=499)  # nobody reads it
+            return PollAnswer(499)
     latest = coordinator.latest
     if latest is None:
         if known is not None:
-            return Response(status_code=304)
-        raise ApiError(404, "no_job_model", "no job model has been generated yet")
+            return PollAnswer(304)
+        return PollAnswer(404)
+    etag = f'"{latest.version}"'
     state = coordinator.barrier.state if coordinator.barrier else BarrierState.PENDING
     barrier_changed = (barrier is not None and since == latest.version and state is not barrier)
     if known is not None and latest.version <= known and not barrier_changed:
-        return Response(status_code=304, headers={"ETag": f'"{latest.version}"'})
+        return PollAnswer(304, etag=etag)
     rendered = prerender(latest)
     if processor_id is None:
         containers = rendered.everything
     else:
         one = rendered.by_processor.get(processor_id)
         containers = "{}" if one is None else "{" + json.dumps(processor_id) + ":" + one + "}"
-    body = ('{"version":' + str(latest.version) + ',"barrier":' + json.dumps(state.value)
-            + ',"config":' + json.dumps(dict(latest.config)) + ',"containers":' + containers
-            + "}")
-    return Response(body, media_type="application/json",
-                    headers={"ETag": f'"{latest.version}"'})
+    body = (rendered.head + json.dumps(state.value) + rendered.config + containers + "}")
+    return PollAnswer(200, body.encode(), etag)
 
 
 def _holds_lease(coordinator: Coordinator, processor_id: str, token: str) -> bool:
@@ -92,13 +126,10 @@ def _holds_lease(coordinator: Coordinator, processor_id: str, token: str) -> boo
     return coordinator.membership.holds(processor_id, token)
 
 
-async def _closed_before(request: Request, waiting: Awaitable[object]) -> bool:
+async def _closed_before(disconnected: Callable[[], Awaitable[None]],
+                         waiting: Awaitable[object]) -> bool:
     """Await ``waiting``; True if the client's connection closed first (then ``waiting``
     is cancelled)."""
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
     wait = asyncio.ensure_future(waiting)
     watch = asyncio.ensure_future(disconnected())
     try:
@@ -110,16 +141,21 @@ async def _closed_before(request: Request, waiting: Awaitable[object]) -> bool:
 
 
 def prerender(model: JobModel) -> _Rendered:
-    """The API JSON of ``model``'s containers (the whole object, and each one's), rendered
-    once per version and memoized on the (immutable) model; the coordinator renders it
-    off the event loop before publishing (:class:`Prerenderer`)."""
-    return _Rendered(containers_json(model), container_texts(model))
+    """The API JSON of ``model``'s containers (the whole object, and each one's) and of
+    the rest of its answer, rendered once per version and memoized on the (immutable)
+    model; the coordinator renders it off the event loop before publishing
+    (:class:`Prerenderer`)."""
+    return model.memo("api-json", lambda m: _Rendered(
+        containers_json(m), container_texts(m), '{"version":' + str(m.version) + ',"barrier":',
+        ',"config":' + json.dumps(dict(m.config)) + ',"containers":'))
 
 
 @dataclass(frozen=True, slots=True)
 class _Rendered:
     everything: str
     by_processor: Mapping[str, str]
+    head: str  # up to the barrier state
+    config: str  # from the barrier state to the containers
 
 
 class Prerenderer:
