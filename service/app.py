@@ -226,7 +226,10 @@ def create_app(settings: Settings, clock: Clock | None = None,
             # elsewhere) when it cannot be, never with a 200 that recorded nothing.
             coalesce = settings.metadata_backend() == "zookeeper" or (
                 settings.metadata_backend() == "sql" and store_leader is None)
-            config = replace(coordinator_config(settings), lease_write_through=not coalesce)
+            # the embedded store (SQLite, held by its exclusive lock) has this one replica
+            sole = settings.metadata_backend() == "sql" and store_leader is None
+            config = replace(coordinator_config(settings), lease_write_through=not coalesce,
+                             sole_replica=sole)
             coordinator = Coordinator(config, store, leader, clock, metrics,
                                       prepare=jobmodel.Prerenderer())
             app.state.settings = settings

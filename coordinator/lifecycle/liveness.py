@@ -201,15 +201,18 @@ class Liveness:
     # -- lease sweeps
 
     async def sweep(self) -> None:
-        """Every replica refreshes its view of the leases (heartbeats reach any replica);
-        the leader also expires leases and reacts to processors that joined or left
-        through other replicas."""
+        """Every replica refreshes its view of the leases (heartbeats reach any replica;
+        not the sole replica of an embedded store, whose cache sees every change); the
+        leader also expires leases and reacts to processors that joined or left through
+        other replicas."""
         try:
             # the store is read without the lock (1000 leases take ZooKeeper a good part
             # of a second, which heartbeats and rebalances must not wait for)
-            snapshot = await asyncio.to_thread(self.membership.snapshot)
+            snapshot = None if self._config.sole_replica else \
+                await asyncio.to_thread(self.membership.snapshot)
             async with self._lock:
-                await asyncio.to_thread(self.membership.merge, *snapshot)
+                if snapshot is not None:
+                    await asyncio.to_thread(self.membership.merge, *snapshot)
                 if self._store_lost_at is not None:
                     # Heartbeats could not be written while the store was unreachable: as
                     # after a handover, every lease gets a full TTL from now before any
