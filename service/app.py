@@ -33,11 +33,13 @@ from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
 from coordinator.store_lock import StoreLock, sqlite_database
 from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
+from grouping.model import JobModel
 from grouping.shards import Shard
 from service.autosizer import Autosizer, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
+from service.heap import FrozenHeap
 from service.metrics import Metrics
 from service.poll_shortcut import PollShortcut
 from service.post_shortcuts import PostShortcuts
@@ -230,8 +232,14 @@ def create_app(settings: Settings, clock: Clock | None = None,
             sole = settings.metadata_backend() == "sql" and store_leader is None
             config = replace(coordinator_config(settings), lease_write_through=not coalesce,
                              sole_replica=sole)
-            coordinator = Coordinator(config, store, leader, clock, metrics,
-                                      prepare=jobmodel.Prerenderer())
+            heap = FrozenHeap()
+            render = jobmodel.Prerenderer()
+
+            def prepare(model: JobModel) -> None:
+                render(model)  # the answers' JSON, off the event loop
+                heap.settled()  # and the collector off the new model
+
+            coordinator = Coordinator(config, store, leader, clock, metrics, prepare=prepare)
             app.state.settings = settings
             app.state.metadata_store = store
             app.state.checkpoints = SqlCheckpointStore(engine)
@@ -254,6 +262,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
             await coordinator.start()
             bind(coordinator)
             sizer.start()
+            heap.start()
             monitor = partition_monitor(settings, coordinator)
             app.state.partition_monitor = monitor
             if monitor is not None:
@@ -274,6 +283,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
                 if shards is not None:
                     await shards.stop()
                 await sizer.stop()
+                await heap.stop()
                 await coordinator.stop()
                 engine.dispose()
 

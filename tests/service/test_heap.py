@@ -1,0 +1,57 @@
+"""The frozen heap: a new job model takes the heap out of the collector's sight; an idle
+coordinator thaws it once, collecting the cyclic garbage that waited meanwhile."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from service.heap import FrozenHeap
+
+
+class Node:
+    """A reference cycle once ``other`` is set (reference counting alone never frees it)."""
+
+    other: Node | None = None
+
+
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    yield
+    gc.unfreeze()
+
+
+def test_settled_freezes_and_an_idle_heap_thaws_once_collecting_cycles() -> None:
+    now = [100.0]
+    heap = FrozenHeap(thaw_after_s=60.0, monotonic=lambda: now[0])
+    assert not heap.thaw_if_idle()  # nothing frozen yet
+    cycle = Node()
+    cycle.other = cycle
+    gone = weakref.ref(cycle)
+    heap.settled()
+    assert gc.get_freeze_count() > 0
+    del cycle
+    gc.collect()
+    assert gone() is not None  # frozen: the collector does not see it
+    now[0] += 59.0
+    assert not heap.thaw_if_idle()  # published a minute ago: not idle yet
+    now[0] += 2.0
+    assert heap.thaw_if_idle()
+    assert gone() is None  # collected by the thaw
+    assert gc.get_freeze_count() > 0  # and frozen again
+    now[0] += 600.0
+    assert not heap.thaw_if_idle()  # once per quiet period: nothing was frozen since
+
+
+def test_acyclic_models_are_freed_while_frozen() -> None:
+    heap = FrozenHeap(monotonic=lambda: 0.0)
+    entry = Node()  # held only through the model
+    model: dict[str, object] = {"tasks": tuple((f"Partition {p}", p) for p in range(1000)),
+                                "entry": entry}
+    gone = weakref.ref(entry)
+    heap.settled()
+    del model, entry
+    assert gone() is None  # reference counting frees it, frozen or not
