@@ -11,7 +11,15 @@ So once a new job model is made and rendered, everything alive is moved out of t
 collector's sight (``gc.freeze``). Objects that become cyclic garbage while frozen are
 not collected until the heap is thawed: when the coordinator has published nothing for a
 while (``thaw_after_s``), it thaws, collects once (one pause, outside any rebalance) and
-freezes again.
+freezes again; so it does at least every ``thaw_every_s`` under constant rebalances.
+
+What is left in the collector's sight during a rebalance is mostly the request machinery
+of a thousand parked long polls (coroutines, tasks, contexts: 150-200k objects, promoted
+to the oldest generation while they wait), and the oldest generation was still collected
+about twice per rebalance (around 100 ms each). While running, full collections come
+after ``full_every`` young-generation collections instead of CPython's 10: the young
+generations still collect what the requests leave, and the rare full collection the
+cycles they leave in the oldest one.
 """
 
 from __future__ import annotations
@@ -28,11 +36,16 @@ log = logging.getLogger("coxswain.service")
 class FrozenHeap:
     """Freezes the heap after each new job model; thaws and collects once when idle."""
 
-    def __init__(self, thaw_after_s: float = 60.0,
+    def __init__(self, thaw_after_s: float = 60.0, thaw_every_s: float = 600.0,
+                 full_every: int = 100,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._thaw_after_s = thaw_after_s
+        self._thaw_every_s = thaw_every_s
+        self._full_every = full_every
         self._monotonic = monotonic
         self._frozen_at: float | None = None  # None: nothing frozen since the last thaw
+        self._thawed_at = monotonic()
+        self._thresholds: tuple[int, int, int] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def settled(self) -> None:
@@ -41,10 +54,12 @@ class FrozenHeap:
         self._frozen_at = self._monotonic()
 
     def thaw_if_idle(self) -> bool:
-        """Thaw, collect and freeze again if the last freeze is ``thaw_after_s`` old
-        (and none came since the last thaw); True if it did."""
-        frozen_at = self._frozen_at
-        if frozen_at is None or self._monotonic() - frozen_at < self._thaw_after_s:
+        """Thaw, collect and freeze again if something was frozen since the last thaw and
+        the last freeze is ``thaw_after_s`` old, or the last thaw ``thaw_every_s``; True
+        if it did."""
+        frozen_at, now = self._frozen_at, self._monotonic()
+        if frozen_at is None or (now - frozen_at < self._thaw_after_s
+                                 and now - self._thawed_at < self._thaw_every_s):
             return False
         started = time.perf_counter()
         frozen = gc.get_freeze_count()
@@ -52,20 +67,27 @@ class FrozenHeap:
         collected = gc.collect()
         gc.freeze()
         self._frozen_at = None
+        self._thawed_at = self._monotonic()
         log.debug("heap thawed: %d frozen objects scanned, %d collected in %.3fs", frozen,
                   collected, time.perf_counter() - started)
         return True
 
     def start(self) -> None:
-        """Check for an idle heap periodically (on the running event loop)."""
+        """Space full collections out, and check for an idle heap periodically (on the
+        running event loop)."""
+        young, middle, _ = self._thresholds = gc.get_threshold()
+        gc.set_threshold(young, middle, self._full_every)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop checking."""
+        """Stop checking; the collector's thresholds as they were."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._thresholds is not None:
+            gc.set_threshold(*self._thresholds)
+            self._thresholds = None
 
     async def _run(self) -> None:
         while True:

@@ -55,3 +55,30 @@ def test_acyclic_models_are_freed_while_frozen() -> None:
     heap.settled()
     del model, entry
     assert gone() is None  # reference counting frees it, frozen or not
+
+
+def test_constant_rebalances_still_thaw_every_so_often() -> None:
+    now = [0.0]
+    heap = FrozenHeap(thaw_after_s=60.0, thaw_every_s=600.0, monotonic=lambda: now[0])
+    thaws = 0
+    for _ in range(40):  # a new model every 30 s for 20 minutes: never a minute idle
+        heap.settled()
+        now[0] += 30.0
+        thaws += heap.thaw_if_idle()
+    assert thaws == 2
+
+
+def test_running_spaces_full_collections_out_and_stopping_restores_them() -> None:
+    import asyncio
+
+    before = gc.get_threshold()
+
+    async def run() -> tuple[int, int, int]:
+        heap = FrozenHeap(full_every=100)
+        heap.start()
+        during = gc.get_threshold()
+        await heap.stop()
+        return during
+
+    assert asyncio.run(run()) == (before[0], before[1], 100)
+    assert gc.get_threshold() == before
