@@ -565,26 +565,46 @@ class Coordinator:
         return state
 
     async def _take_ack(self, version: int, updated: Barrier) -> BarrierState:
+        # Most acks only add to a pending barrier's acked set: applied at once, without
+        # the lock (nothing is awaited in between, so no state change interleaves). A
+        # thousand acks per rebalance queued on the lock, one event-loop iteration per
+        # hand-over, and registrations and leaves waited behind them. The ack that
+        # completes the barrier takes the lock: it records the active version.
+        state = self._apply_ack(version, updated)
+        if state is not None:
+            return state
         async with self._lock:
-            latest = self._latest
-            if latest is None or latest.version != version:
-                return updated.state  # superseded (or not seen here yet)
-            current = self._barrier
-            if current is not None and current.version == version and (
-                    current.state is not BarrierState.PENDING
-                    or len(current.acked) > len(updated.acked)):
-                return current.state  # a later write of this barrier was seen already
-            changed = updated != current
+            state = self._apply_ack(version, updated)  # again: it may have changed since
+            if state is not None:
+                return state
+            changed = updated != self._barrier
             self._barrier = updated
-            if updated.state is BarrierState.DONE and (
-                    self._active is None or self._active.version < version):
-                if self._leader.is_leader():
-                    await self._barrier_done(updated)
-                else:
-                    self._active = latest  # the leader records it (it watches the barrier)
+            if self._leader.is_leader():
+                await self._barrier_done(updated)
+            else:
+                self._active = self._latest  # the leader records it (it watches the barrier)
             if changed:
                 self._notify()
             return updated.state
+
+    def _apply_ack(self, version: int, updated: Barrier) -> BarrierState | None:
+        """Take in the barrier as an ack stored it, when that records nothing; None when it
+        completes the barrier of the latest version (for :meth:`_take_ack` to record)."""
+        latest = self._latest
+        if latest is None or latest.version != version:
+            return updated.state  # superseded (or not seen here yet)
+        current = self._barrier
+        if current is not None and current.version == version and (
+                current.state is not BarrierState.PENDING
+                or len(current.acked) > len(updated.acked)):
+            return current.state  # a later write of this barrier was seen already
+        if updated.state is BarrierState.DONE and (
+                self._active is None or self._active.version < version):
+            return None
+        if updated != current:
+            self._barrier = updated
+            self._notify()
+        return updated.state
 
     async def _write_acks(self, version: int, processor_ids: list[str]
                           ) -> tuple[Barrier | None, frozenset[str]]:
@@ -607,23 +627,24 @@ class Coordinator:
         assert model is not None and model.version == barrier.version
         if self._scheduler is not None:
             self._scheduler.cancel("barrier-timeout")
-        locality = {name: c.location_id for c in model.containers.values()
-                    for name in (t.name for t in c.active_tasks)}
         known = self._known_locality
 
         # outcomes older than any model still kept
         self._fence.forget_before(barrier.version - 2 * self.config.keep_job_models)
 
-        def persist() -> None:
+        def persist() -> tuple[dict[str, str], dict[str, str]]:
             self._models.set_active(barrier.version)
             self._barriers.prune(barrier.version - self.config.keep_job_models)
+            # here too, not on the event loop: 200k tasks after a factor change
+            locality = {name: c.location_id for c in model.containers.values()
+                        for name in (t.name for t in c.active_tasks)}
+            return locality, {**known, **locality}
 
-        await self._io(persist)
+        locality, self._known_locality = await self._io(persist)
         # localities are host-affinity hints: written in the background (a crash before
         # they are stored costs the tasks' affinity after a restart, nothing else); the
         # ack that completes the barrier answers once they are stored
         self._locality_writes.write(locality, known)
-        self._known_locality = {**known, **locality}
         self._active = model
         waited = (barrier.ended_at or barrier.started_at) - barrier.started_at
         self._observer.barrier_ended(barrier.state.value, waited)
