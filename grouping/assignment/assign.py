@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import compress
 from types import MappingProxyType
 
-from grouping.assignment.params import AssignmentParams, AssignmentResult, AssignmentTrace
+from grouping.assignment.params import (
+    UNKNOWN_LAG,
+    AssignmentParams,
+    AssignmentResult,
+    AssignmentTrace,
+)
 from grouping.assignment.placer import Placer
 from grouping.assignment.world import World
 from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
@@ -116,9 +121,11 @@ def assign_tasks_traced(
             warmups.add((u, target[u]))
     standby_moves = 0
     if params.num_standbys > 0:
+        lag_of, acceptable = w.lag_of, params.acceptable_recovery_lag
         for u in stateful_units:
             for idx, j in enumerate(list(standbys[u])):
-                if w.rank(u, j) == 0 or j == target[u]:
+                lag = lag_of[u].get(j)  # w.rank(u, j) == 0, inlined: 100k copies
+                if (lag is not None and lag <= acceptable) or j == target[u]:
                     continue
                 holders = {active[u], target[u], *standbys[u]}
                 holders.update(j2 for u2, j2 in warmups if u2 == u)
@@ -180,23 +187,41 @@ def _place_standbys(
     """num_standbys copies per stateful task, balanced, sticky to processors with state."""
     unit_task: list[int] = []
     sticky: list[int] = []
+    wanted, m = w.params.num_standbys, w.m
     for u in stateful_units:
-        blocked = {active[u], target[u]}
-        copies = min(w.params.num_standbys, w.m - len(blocked))
-        holders = _state_holders(w, u, blocked, copies) if copies > 0 else []
-        for r in range(max(0, copies)):
+        a, t = active[u], target[u]
+        copies = min(wanted, m - (1 if a == t else 2))
+        if copies <= 0:
+            continue
+        holders = _state_holders(w, u, a, t, copies)
+        if copies == 1:
+            unit_task.append(u)
+            sticky.append(holders[0] if holders else -1)
+            continue
+        for r in range(copies):
             unit_task.append(u)
             sticky.append(holders[r] if r < len(holders) else -1)
     if not unit_task:
         return
-    copies_of: dict[int, set[int]] = {u: {active[u], target[u]} for u in stateful_units}
-
-    def excluded(k: int, j: int) -> bool:
-        return j in copies_of[unit_task[k]]
 
     def exclusions(k: int) -> Sequence[int]:
         u = unit_task[k]
         return [active[u], target[u]]
+
+    make = _one_copy_placer if w.params.num_standbys == 1 else _tracking_placer
+    placer = make(w, unit_task, sticky, active, target, exclusions)
+    for k, j in enumerate(placer.run()):
+        standbys[unit_task[k]].append(j)
+
+
+def _tracking_placer(w: World, unit_task: list[int], sticky: list[int], active: list[int],
+                     target: list[int], exclusions: Callable[[int], Sequence[int]]) -> Placer:
+    """The standby placer for any number of copies per task: it tracks where each task's
+    copies are as they are placed and moved, so that no two share a processor."""
+    copies_of: dict[int, set[int]] = {u: {active[u], target[u]} for u in set(unit_task)}
+
+    def excluded(k: int, j: int) -> bool:
+        return j in copies_of[unit_task[k]]
 
     def avoid(k: int) -> AbstractSet[str]:
         return {w.location[j] for j in copies_of[unit_task[k]]}
@@ -207,30 +232,60 @@ def _place_standbys(
     def removed(k: int, j: int) -> None:
         copies_of[unit_task[k]].discard(j)
 
-    placer = Placer(w, unit_task, sticky, [0] * w.m, lag_aware=False,
-                     excluded=excluded, exclusions=exclusions, avoid_locations=avoid,
-                     group_cohesion=False, on_place=placed, on_remove=removed,
-                     prefer_state=True)
-    for k, j in enumerate(placer.run()):
-        standbys[unit_task[k]].append(j)
+    return Placer(w, unit_task, sticky, [0] * w.m, lag_aware=False, excluded=excluded,
+                  exclusions=exclusions, avoid_locations=avoid, group_cohesion=False,
+                  on_place=placed, on_remove=removed, prefer_state=True)
 
 
-def _state_holders(w: World, u: int, blocked: AbstractSet[int], count: int) -> list[int]:
-    """Up to ``count`` processors that held a copy of u (or its lineage) before: most
-    caught up first, then previous standby holders before a previous active owner (so
-    standbys stay put)."""
+def _one_copy_placer(w: World, unit_task: list[int], sticky: list[int], active: list[int],
+                     target: list[int], exclusions: Callable[[int], Sequence[int]]) -> Placer:
+    """The standby placer when each task has one standby copy (one unit): the copies a
+    unit must avoid are its task's active and target alone. (The general placer tracks
+    every placed copy of a task; a unit is never checked against its own place, so with
+    one unit per task that tracking changes nothing, and cost a set per task.)"""
+    location = w.location
+
+    def excluded(k: int, j: int) -> bool:
+        u = unit_task[k]
+        return j == active[u] or j == target[u]
+
+    def avoid(k: int) -> AbstractSet[str]:
+        u = unit_task[k]
+        return {location[active[u]], location[target[u]]}
+
+    return Placer(w, unit_task, sticky, [0] * w.m, lag_aware=False, excluded=excluded,
+                  exclusions=exclusions, avoid_locations=avoid, group_cohesion=False,
+                  prefer_state=True)
+
+
+def _state_holders(w: World, u: int, active: int, target: int, count: int) -> list[int]:
+    """Up to ``count`` processors other than ``active`` and ``target`` that held a copy of
+    u (or its lineage) before: most caught up first, then previous standby holders before
+    a previous active owner (so standbys stay put)."""
     owner_pids, standby_pids = w.copy_holders(u)
     alive = w.pid_index
+    if len(owner_pids) == 1 and len(standby_pids) <= 1:  # one copy each: the usual case
+        j1 = alive.get(owner_pids[0], -1)
+        j2 = alive.get(standby_pids[0], -1) if standby_pids else -1
+        ok1 = j1 >= 0 and j1 not in (active, target)
+        ok2 = j2 >= 0 and j2 not in (active, target)
+        if not (ok1 and ok2 and j1 != j2):
+            return [j1] if ok1 else [j2] if ok2 else []
     standby = {alive.get(pid, -1) for pid in standby_pids}
     holders = {alive.get(pid, -1) for pid in owner_pids}
     holders |= standby
-    holders -= blocked
+    holders.discard(active)
+    holders.discard(target)
     holders.discard(-1)  # gone since
     if len(holders) <= 1:
         return list(holders)
 
-    def rank(j: int) -> tuple[int, bool, int]:
-        return (w.rank(u, j), j not in standby, j)
+    lags, acceptable = w.lag_of[u], w.params.acceptable_recovery_lag
+
+    def rank(j: int) -> tuple[int, bool, int]:  # (w.rank(u, j), ...), inlined
+        lag = lags.get(j)
+        behind = UNKNOWN_LAG if lag is None else 0 if lag <= acceptable else lag
+        return (behind, j not in standby, j)
 
     if count == 1:
         return [min(holders, key=rank)]
@@ -249,9 +304,21 @@ def _containers(
     extra: dict[int, list[int]] = {}
     for u, j in sorted(warmups):
         extra.setdefault(u, []).append(j)
-    for u in sorted(standbys.keys() | extra.keys()):
-        task = w.tasks[u]
-        copies = list(standbys.get(u, ())) + extra.get(u, [])
+    # in any order: a container keys its tasks by name, sorted (ContainerModel.of)
+    make, task_type, standby = tuple.__new__, TaskModel, TaskMode.STANDBY
+    tasks = w.tasks
+    for u, placed in standbys.items():
+        more = extra.pop(u, None)
+        copies = placed + more if more else placed
+        if not copies:
+            continue
+        name, ssps, changelog, _, bucket, group = tasks[u]
+        for replica, j in enumerate(copies):
+            # task.with_mode(STANDBY, standby_task_name(name, replica)), for 100k copies
+            per_proc[j].append(make(task_type, (f"Standby-{name}-{replica}", ssps, changelog,
+                                                standby, bucket, group)))
+    for u, copies in extra.items():
+        task = tasks[u]
         for replica, j in enumerate(copies):
             per_proc[j].append(
                 task.with_mode(TaskMode.STANDBY, standby_task_name(task.name, replica)))

@@ -54,6 +54,7 @@ class World:
         own = _own_reports(task_lags, self.pid_index, previous) if any_stateful else None
         self.factor = factor
         self.histories: list[GroupHistory] = []
+        self._overlapping: dict[int, tuple[int, ...]] = {}  # key bucket -> previous buckets
         self._trace(prev, factor, task_locality, own)
         if not any_stateful:
             self.lag_of, self.good = [{}] * self.n, [None] * self.n
@@ -184,7 +185,12 @@ class World:
         owners, standbys = history.owners, history.standbys
         owner_pids: list[str] = []
         standby_pids: list[str] = []
-        for b in self.prev.overlapping_buckets(self.tasks[u].key_bucket, self.factor):
+        bucket = self.tasks[u].key_bucket
+        overlapping = self._overlapping.get(bucket)
+        if overlapping is None:  # the same few buckets for every group: computed once each
+            overlapping = self._overlapping[bucket] = tuple(
+                self.prev.overlapping_buckets(bucket, self.factor))
+        for b in overlapping:
             pid = owners.get(b)
             if pid is not None:
                 owner_pids.append(pid)
@@ -203,11 +209,11 @@ class World:
         merged task is as far behind as its furthest child, and known only where every
         child was reported); a task without lineage has only its own reports."""
         # Index the reporter of each task in one flat dict built in bulk (in C), reading
-        # lags from the processors' own reports; tasks with several reporters (standbys)
-        # go to ``many``.
+        # lags from the processors' own reports; when some task has several reporters
+        # (standbys), every reported task gets its processor -> lag dict instead.
         reports_of: list[Mapping[str, int]] = [{} for _ in range(self.m)]
         one_j: dict[str, int] = {}
-        many: dict[str, dict[int, int]] = {}
+        many: dict[str, dict[int, int]] | None = None
         reported = 0
         for pid in sorted(task_lags):
             j = self.pid_index.get(pid)
@@ -217,23 +223,20 @@ class World:
                 reported += len(task_lags[pid])
         if len(one_j) != reported:  # some task has several reporters: index exactly
             one_j.clear()
+            many = {}
+            get = many.get
             for j, reports in enumerate(reports_of):
                 for name, lag in reports.items():
-                    clamped = lag if lag > 0 else 0
-                    if name in many:
-                        many[name][j] = clamped
-                    elif name in one_j:
-                        first = one_j.pop(name)
-                        first_lag = reports_of[first][name]
-                        many[name] = {first: first_lag if first_lag > 0 else 0, j: clamped}
+                    found = get(name)
+                    if found is None:
+                        many[name] = {j: lag if lag > 0 else 0}
                     else:
-                        one_j[name] = j
+                        found[j] = lag if lag > 0 else 0
         empty: dict[int, int] = {}
 
         def of(name: str) -> dict[int, int] | None:
-            found = many.get(name)
-            if found is not None:
-                return found
+            if many is not None:
+                return many.get(name)
             j = one_j.get(name)
             if j is None:
                 return None
@@ -311,6 +314,13 @@ def _good_among(lags: Mapping[int, int], acceptable: int) -> tuple[int, ...] | N
         return None
     if len(lags) == 1:
         return tuple(lags)
+    if len(lags) == 2:  # an active and its standby: the usual case with standbys
+        (j1, l1), (j2, l2) = lags.items()
+        r1 = 0 if l1 <= acceptable else l1
+        r2 = 0 if l2 <= acceptable else l2
+        if r1 != r2:
+            return (j1,) if r1 < r2 else (j2,)
+        return (j1, j2) if j1 < j2 else (j2, j1)
     best = min(0 if lag <= acceptable else lag for lag in lags.values())
     return tuple(sorted(j for j, lag in lags.items()
                         if (0 if lag <= acceptable else lag) == best))
