@@ -16,7 +16,7 @@ coordinator has started.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 from coordinator.barrier import BarrierState
@@ -81,16 +81,36 @@ class PollShortcut:
         return True
 
 
-class _ProcessorPoll:
-    __slots__ = ("barrier", "processor_id", "since", "token", "wait_ms")
+class _ProcessorPoll(NamedTuple):
+    processor_id: str
+    since: int
+    wait_ms: int | None
+    barrier: BarrierState | None
+    token: str | None
 
-    def __init__(self, processor_id: str, since: int, wait_ms: int | None,
-                 barrier: BarrierState | None, token: str | None) -> None:
-        self.processor_id = processor_id
-        self.since = since
-        self.wait_ms = wait_ms
-        self.barrier = barrier
-        self.token = token
+
+def worker_call(scope: Scope, refuse_header: Callable[[bytes, bytes], bool]
+                ) -> tuple[bool, str | None]:
+    """(whether a shortcut may answer the call: it carries a token for worker routes and
+    no header the route would refuse or treat otherwise, its lease token). A header for
+    which ``refuse_header(name, value)`` holds leaves the call to the route, and so do
+    two lease tokens or one longer than the routes accept."""
+    token: str | None = None
+    authorization: bytes | None = None
+    for name, value in scope.get("headers", ()):
+        if name == _LEASE_TOKEN:
+            if token is not None or len(value) > _MAX_LEASE_TOKEN:
+                return False, None
+            token = value.decode("latin-1")
+        elif name == b"authorization":
+            authorization = value
+        elif refuse_header(name, value):
+            return False, None
+    return token_allowed(scope["app"].state.settings, authorization), token
+
+
+def _body_header(name: bytes, _: bytes) -> bool:
+    return name in (b"content-length", b"transfer-encoding")  # a body: the route's concern
 
 
 def _processor_poll(scope: Scope) -> _ProcessorPoll | None:
@@ -123,18 +143,8 @@ def _processor_poll(scope: Scope) -> _ProcessorPoll | None:
         barrier = _BARRIER_STATES.get(params["barrier"][0])
         if barrier is None:
             return None
-    token: str | None = None
-    authorization: bytes | None = None
-    for name, value in scope.get("headers", ()):
-        if name == _LEASE_TOKEN:
-            if token is not None or len(value) > _MAX_LEASE_TOKEN:
-                return None
-            token = value.decode("latin-1")
-        elif name == b"authorization":
-            authorization = value
-        elif name in (b"content-length", b"transfer-encoding"):
-            return None  # a body: the route's concern
-    if not token_allowed(state.settings, authorization):
+    allowed, token = worker_call(scope, _body_header)
+    if not allowed:
         return None
     return _ProcessorPoll(processor_id, int(since), wait_ms, barrier, token)
 

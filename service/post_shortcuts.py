@@ -25,17 +25,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from coordinator.errors import CoordinatorError
-from service.auth import token_allowed
 from service.errors import STATUS_BY_CODE, error_response
-from service.poll_shortcut import ASGIApp, Message, Receive, Scope, Send
+from service.poll_shortcut import ASGIApp, Message, Receive, Scope, Send, worker_call
 from service.schemas import AckRequest, HeartbeatRequest
 
 _PROCESSORS = "/processors/"
 _HEARTBEAT = "/heartbeat"
 _JOB_MODEL = "/jobmodel/"
 _ACK = "/ack"
-_LEASE_TOKEN = b"coxswain-lease-token"
-_MAX_LEASE_TOKEN = 128  # the routes' limit
 _MAX_VERSION_DIGITS = 18
 # the content types FastAPI reads a body as JSON for (none at all, too)
 _JSON_TYPE = re.compile(rb"^\s*application/(json|[^;\s]*\+json)\s*(;.*)?$", re.IGNORECASE)
@@ -96,28 +93,14 @@ def _between(path: str, prefix: str, suffix: str) -> str | None:
     return segment if segment and "/" not in segment else None
 
 
-def _lease_token(scope: Scope) -> tuple[bool, str | None]:
-    """(whether the call is one to answer here: a caller that may call worker routes,
-    with a JSON body; its lease token), or (False, None) when a header is one the route
-    would refuse or treat otherwise."""
-    token: str | None = None
-    authorization: bytes | None = None
-    for name, value in scope.get("headers", ()):
-        if name == _LEASE_TOKEN:
-            if token is not None or len(value) > _MAX_LEASE_TOKEN:
-                return False, None
-            token = value.decode("latin-1")
-        elif name == b"authorization":
-            authorization = value
-        elif name == b"content-type" and not _JSON_TYPE.match(value):
-            return False, None  # FastAPI does not read such a body as JSON
-    return token_allowed(scope["app"].state.settings, authorization), token
+def _not_json(name: bytes, value: bytes) -> bool:
+    return name == b"content-type" and not _JSON_TYPE.match(value)  # FastAPI: not JSON
 
 
 async def _heartbeat(scope: Scope, coordinator: Any, processor_id: str,
                      body: bytes) -> bytes | None:
     """The heartbeat route's 200 body after renewing the lease, or None to fall through."""
-    allowed, token = _lease_token(scope)
+    allowed, token = worker_call(scope, _not_json)
     if not allowed or token is None:
         return None
     try:
@@ -136,7 +119,7 @@ async def _ack(scope: Scope, receive: Receive, send: Send, coordinator: Any, ver
                body: bytes) -> bytes | None:
     """The ack route's 200 body once the ack is stored; b"" once a refusal is answered;
     None to fall through."""
-    allowed, token = _lease_token(scope)
+    allowed, token = worker_call(scope, _not_json)
     if not allowed:
         return None
     try:
