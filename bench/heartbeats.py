@@ -1,9 +1,11 @@
 """Coordinator CPU spent on heartbeats alone (issue #17): ``--processors`` keep-alive clients
-register with one coordinator on SQLite (the embedded default, default lease TTL) and
-heartbeat every ``--interval-s``, spread over the interval; the coordinator's CPU seconds
-over ``--seconds`` divided by the wall time, and per heartbeat.
+register with one coordinator (on SQLite, the embedded default, or ``--backend zookeeper``
+with PostgreSQL, both started and stopped here; default lease TTL) and heartbeat every
+``--interval-s``, spread over the interval; the coordinator's CPU seconds over
+``--seconds`` divided by the wall time, and per heartbeat.
 
 Run: python -m bench.heartbeats [--processors 1000] [--interval-s 2] [--seconds 15]
+     [--backend sqlite|zookeeper]
 Target: 1000 processors every 2 s under 25% of one core.
 """
 
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.mini_http import MiniConnection
-from bench.rebalance_scale import cpu_seconds
+from bench.rebalance_scale import backend_args, cpu_seconds
 from tests.service.server import Server
 
 
@@ -36,18 +38,21 @@ async def measure(server: Server, processors: int, interval_s: float,
         tokens.append(json.loads(body)["leaseToken"])
     count = 0
     failed = 0
+    refusals: dict[tuple[int, bytes], int] = {}
 
     async def beat(i: int) -> None:
         nonlocal count, failed
         await asyncio.sleep(interval_s * i / processors)
         while True:
-            status, _ = await conns[i].request(
+            status, body = await conns[i].request(
                 "POST", f"/processors/p{i:04d}/heartbeat", {},
                 {"Coxswain-Lease-Token": tokens[i]})
             if status == 200:
                 count += 1
             else:
                 failed += 1
+                why = (status, body[:160])
+                refusals[why] = refusals.get(why, 0) + 1
             await asyncio.sleep(interval_s)
 
     beats = [asyncio.create_task(beat(i)) for i in range(processors)]
@@ -62,7 +67,8 @@ async def measure(server: Server, processors: int, interval_s: float,
     for conn in conns:
         await conn.aclose()
     if failed:
-        raise RuntimeError(f"{failed} heartbeats were refused")
+        common = sorted(refusals.items(), key=lambda kv: -kv[1])[:3]
+        raise RuntimeError(f"{failed} heartbeats were refused, for example: {common}")
     return rate, share
 
 
@@ -72,19 +78,23 @@ def main() -> None:
     p.add_argument("--interval-s", type=float, default=2.0)
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--partitions", type=int, default=25_000)
+    p.add_argument("--backend", choices=["sqlite", "zookeeper"], default="sqlite")
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="bench-heartbeats-"))
-    server = Server(root, [
-        "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor", "4",
-        "--heartbeat-interval-ms", str(int(args.interval_s * 1000)),
-        "--log-level", "WARNING"]).start(timeout_s=60)
-    try:
-        rate, share = asyncio.run(measure(server, args.processors, args.interval_s,
-                                          args.seconds))
-    finally:
-        server.stop()
-    print(f"{args.processors} processors every {args.interval_s:g}s: {rate:.0f} heartbeats/s, "
+    with backend_args(args.backend, root) as store:
+        server = Server(root, [
+            "--input", f"kafka.orders:{args.partitions}", "--elasticity-factor", "4",
+            "--heartbeat-interval-ms", str(int(args.interval_s * 1000)),
+            # these clients never ack a job model: no barrier may time them out
+            "--barrier-timeout-ms", "600000", "--log-level", "WARNING", *store]).start(timeout_s=60)
+        try:
+            rate, share = asyncio.run(measure(server, args.processors, args.interval_s,
+                                              args.seconds))
+        finally:
+            server.stop()
+    print(f"{args.processors} processors every {args.interval_s:g}s ({args.backend}): "
+          f"{rate:.0f} heartbeats/s, "
           f"coordinator CPU {share * 100:.1f}% of one core, "
           f"{share / rate * 1000:.2f} ms per heartbeat")
     print(f"load average after: {os.getloadavg()}")
