@@ -19,7 +19,7 @@ import json
 import secrets
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -296,8 +296,9 @@ class Membership:
         keep the fresher one); a new or restarted leader grants every stored lease a full
         TTL before it expires any: so a dead processor still expires one TTL after its last
         heartbeat, and a live one never does. The stored record stays at least half a TTL
-        minus a heartbeat interval ahead of now, and its lags and stats are those of the
-        last write-through (what other replicas show until then).
+        minus a heartbeat interval (and the write's batching delay) ahead of now, and its
+        lags and stats are those of the last write-through (what other replicas show until
+        then).
 
         The renewal is in memory first even when a write is due: a slow store (ZooKeeper
         busy with a large write) must not expire, in the leader's own view, a processor
@@ -336,6 +337,35 @@ class Membership:
             if self._write(found[0], found[1]):
                 return found[0]
         return None
+
+    def write_behind_many(self, processor_ids: Sequence[str]) -> int:
+        """:meth:`write_behind` for several processors, their compare-and-sets on the
+        cached versions sent together (one ZooKeeper transaction for a batch instead of
+        two round trips each); the ones refused go through :meth:`write_behind` alone.
+        Returns how many were written."""
+        tried: dict[str, tuple[ProcessorLease, int | None]] = {}
+        writes: dict[str, tuple[bytes, int]] = {}
+        alone: list[str] = []
+        for pid in processor_ids:
+            lease, known = self._leases.get(pid), self._stored.get(pid)
+            if lease is None:
+                continue
+            if known is None:
+                alone.append(pid)
+                continue
+            tried[pid] = (lease, self._changed_at.get(pid))
+            writes[pid] = (lease.to_bytes(), known[0])
+        written = self._store.compare_and_set_many(NAMESPACE, writes) if writes else {}
+        count = 0
+        for pid, (lease, before) in tried.items():
+            if self._took(lease, before, written.get(pid)):
+                count += 1
+            else:
+                alone.append(pid)
+        for pid in alone:
+            if self.write_behind(pid) is not None:
+                count += 1
+        return count
 
     def _renewed(self, lease: ProcessorLease, now: float, task_lags: Mapping[str, int] | None,
                  stats: Mapping[str, Any] | None) -> ProcessorLease:
@@ -432,8 +462,15 @@ class Membership:
         pid = lease.processor_id
         before = self._changed_at.get(pid)
         written = self._store.compare_and_set(NAMESPACE, pid, lease.to_bytes(), version)
+        return self._took(lease, before, written)
+
+    def _took(self, lease: ProcessorLease, before: int | None, written: int | None) -> bool:
+        """Whether the write of ``lease`` (begun when the processor's change number was
+        ``before``; ``written`` the new version, None if refused) holds, and the cache
+        updated for it."""
         if written is None:
             return False
+        pid = lease.processor_id
         with self._mutex:
             if self._changed_at.get(pid) != before and pid not in self._leases:
                 return False  # removed meanwhile: written before the delete, deleted

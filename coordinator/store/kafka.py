@@ -230,6 +230,14 @@ class KafkaMetadataStore:
             self._write((namespace, key), value, version)
             return version
 
+    def compare_and_set_many(
+        self, namespace: str, writes: Mapping[str, tuple[bytes, int]],
+    ) -> dict[str, int | None]:
+        """Each key's compare-and-set in turn (the single writer judges each on its exact
+        state; every accepted one is its own record on the stream)."""
+        return {key: self.compare_and_set(namespace, key, value, expected)
+                for key, (value, expected) in sorted(writes.items())}
+
     def watch(self, namespace: str, key: str, callback: Callable[[], bool | None]) -> None:
         """Call ``callback`` once: the single writer's changes are its own."""
         callback()

@@ -159,6 +159,26 @@ class SqlMetadataStore:
         except IntegrityError:
             return None
 
+    def compare_and_set_many(
+        self, namespace: str, writes: Mapping[str, tuple[bytes, int]],
+    ) -> dict[str, int | None]:
+        """Each key written only if at its expected version, all in one transaction (one
+        commit instead of one per key); key -> new version, or None where refused."""
+        t = metadata_entries
+        out: dict[str, int | None] = {}
+        if not writes:
+            return out
+        now = time.time()
+        with self._begin() as conn:
+            for key in sorted(writes):
+                value, expected = writes[key]
+                result = conn.execute(
+                    update(t).where(and_(t.c.namespace == namespace, t.c.key == key,
+                                         t.c.version == expected))
+                    .values(value=value, version=expected + 1, updated_at=now))
+                out[key] = expected + 1 if result.rowcount == 1 else None
+        return out
+
     def watch(self, namespace: str, key: str, callback: Callable[[], bool | None]) -> None:
         """Call ``callback`` once: this process is the only writer of an embedded store."""
         callback()

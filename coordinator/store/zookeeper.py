@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import quote, unquote
@@ -261,6 +261,71 @@ class ZkMetadataStore:
             if isinstance(written, ZnodeStat):
                 return int(written.version) + 1
             return 1
+
+    def compare_and_set_many(
+        self, namespace: str, writes: Mapping[str, tuple[bytes, int]],
+    ) -> dict[str, int | None]:
+        """Each key written only if at its expected version, in ZooKeeper transactions of
+        bounded size: one round trip for many lease renewals instead of two each. A
+        transaction is all or nothing, so a refused key is taken out and the rest sent
+        again (a refusal is rare: another replica's write, the leader's removal)."""
+        out: dict[str, int | None] = {}
+        if not writes:
+            return out
+        batched: set[str] = set()
+        with _guarded(self._zk):
+            batch: list[tuple[str, bytes, int]] = []
+            size = 0
+            for key in sorted(writes):
+                value, expected = writes[key]
+                if len(value) > self._chunk_bytes or value.startswith(_MANIFEST):
+                    out[key] = self.compare_and_set(namespace, key, value, expected)
+                    continue
+                batch.append((key, value, expected))
+                size += len(value) + len(key)
+                if size >= _BATCH_BYTES or len(batch) >= _BATCH_OPS:
+                    self._set_versions(namespace, batch, out, batched)
+                    batch, size = [], 0
+            if batch:
+                self._set_versions(namespace, batch, out, batched)
+            # A key written small may have been chunked before: its old chunks go. One
+            # look at the namespace's chunk folder, not one per key, when none ever was.
+            # (a key written alone, by compare_and_set, has had its own cleaning)
+            if self._zk.exists(f"{self.root}/_chunks/{_quote(namespace)}") is not None:
+                for key in batched:
+                    self._clean_chunks(namespace, key, keep=None)
+        return out
+
+    def _set_versions(self, namespace: str, batch: Sequence[tuple[str, bytes, int]],
+                      out: dict[str, int | None], batched: set[str]) -> None:
+        """Write ``batch`` into ``out``; the keys written in a transaction into
+        ``batched``."""
+        pending = batch
+        for _ in range(3):
+            if not pending:
+                return
+            tx = self._zk.transaction()
+            for key, value, expected in pending:
+                tx.set_data(self.path(namespace, key), value, version=expected - 1)
+            results = tx.commit()
+            refused = {i for i, r in enumerate(results)
+                       if isinstance(r, (BadVersionError, NoNodeError))}
+            trouble = [r for r in results if isinstance(r, Exception) and not isinstance(
+                r, (BadVersionError, NoNodeError, RolledBackError, RuntimeInconsistency))]
+            if trouble:
+                raise StoreUnavailable(f"ZooKeeper transaction failed: {trouble[0]!r}")
+            if not refused:
+                for (key, _, _), stat in zip(pending, results, strict=True):
+                    out[key] = int(stat.version) + 1 if isinstance(stat, ZnodeStat) else None
+                    batched.add(key)
+                return
+            # ZooKeeper names the first refused op only; the ones after it are unjudged
+            for i in refused:
+                out[pending[i][0]] = None
+            pending = [op for i, op in enumerate(pending) if i not in refused]
+        # refusals keep coming (each round names one): the rest one by one
+        for key, value, expected in pending:
+            out[key] = self.compare_and_set(namespace, key, value, expected)
 
     def watch(self, namespace: str, key: str, callback: Callable[[], bool | None]) -> None:
         """Call ``callback`` (in kazoo's thread; it must not block) now and whenever the key

@@ -4,7 +4,7 @@ other replica writes each renewal through."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -257,3 +257,73 @@ def test_a_write_behind_meets_a_newer_incarnation_and_leaves_it(store: CountingS
     assert here.write_behind("p1") is None
     assert here.renew_cached("p1", old) is None  # the cache holds the new incarnation
     assert here.renew_cached("p1", new) is not None
+
+
+class BatchCountingStore(SqlMetadataStore):
+    """The real SQL store, counting single and batched compare-and-sets."""
+
+    singles = 0
+    batches: list[int]
+
+    def compare_and_set(self, *args: object, **kwargs: object) -> int | None:
+        self.singles += 1
+        return super().compare_and_set(*args, **kwargs)  # type: ignore[arg-type]
+
+    def compare_and_set_many(self, namespace: str, writes: Mapping[str, tuple[bytes, int]],
+                             ) -> dict[str, int | None]:
+        self.batches.append(len(writes))
+        return super().compare_and_set_many(namespace, writes)
+
+
+@pytest.fixture
+def batch_store(tmp_path: Path) -> BatchCountingStore:
+    engine = make_engine(f"sqlite:///{tmp_path / 'batch.db'}")
+    upgrade(engine)
+    store = BatchCountingStore(engine)
+    store.batches = []
+    return store
+
+
+def test_due_renewals_are_written_behind_in_one_batch(batch_store: BatchCountingStore) -> None:
+    clock = FakeClock()
+    m = Membership(batch_store, clock, TTL, renews_in_memory=LEADER)
+    tokens = {pid: m.register(pid, f"h-{pid}", None)[2] for pid in ("p1", "p2", "p3")}
+    clock.t += TTL - 1.0
+    for pid, token in tokens.items():
+        renewed = m.renew_cached(pid, token, {"Partition 0": 7})
+        assert renewed is not None and renewed[1]
+    singles = batch_store.singles
+    assert m.write_behind_many(["p1", "p2", "p3"]) == 3
+    assert batch_store.batches == [3] and batch_store.singles == singles
+    for pid in tokens:
+        assert stored_expiry(batch_store, pid) == clock.t + TTL
+    # what was written is what the cache says is stored: the next write is due only
+    # half a TTL on, and a sweep keeps the renewals
+    clock.t += 2.0
+    assert all(m.renew_cached(pid, t) == (m.live()[pid], False) for pid, t in tokens.items())
+    m.load()
+    assert m.task_lags() == {pid: {"Partition 0": 7} for pid in tokens}
+
+
+def test_a_batched_write_behind_leaves_a_newer_incarnation_and_a_removal_alone(
+    batch_store: BatchCountingStore,
+) -> None:
+    clock = FakeClock()
+    here = Membership(batch_store, clock, TTL, renews_in_memory=LEADER)
+    there = Membership(batch_store, clock, TTL)
+    old = {pid: here.register(pid, "h1", None)[2] for pid in ("p1", "p2", "p3")}
+    clock.t += TTL - 1.0
+    for pid, token in old.items():
+        assert here.renew_cached(pid, token) is not None
+    _, _, new = there.register("p1", "h1", None)  # registered again through a follower
+    there.remove(["p2"])  # and one left through it
+    assert here.write_behind_many(["p1", "p2", "p3"]) == 1  # p3 alone is written
+    assert batch_store.batches == [3]
+    assert stored_expiry(batch_store, "p3") == clock.t + TTL
+    assert batch_store.get(NAMESPACE, "p2") is None  # the removal stands
+    stored = batch_store.get(NAMESPACE, "p1")
+    assert stored is not None and ProcessorLease.from_bytes(stored.value).token_hash \
+        == there.live()["p1"].token_hash  # the newer incarnation stands
+    assert here.renew_cached("p1", old["p1"]) is None
+    assert here.renew_cached("p1", new) is not None
+    assert "p2" not in here.live()

@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from coordinator.job_models import JobModelRepository
 from coordinator.store.kafka import KafkaMetadataStore
-from coordinator.store.metadata import Fence, MetadataStore
+from coordinator.store.metadata import Fence, MetadataStore, Versioned
 from coordinator.store.sql import SqlMetadataStore
 from coordinator.store.zookeeper import ZkMetadataStore
 from grouping.generation import generate_job_model
@@ -93,6 +93,26 @@ def test_compare_and_set(store: MetadataStore) -> None:
     assert store.compare_and_set("ns", "k", b"second", 1) == 2
     found = store.get("ns", "k")
     assert found is not None and found.value == b"second"
+
+
+def test_compare_and_set_many_judges_each_key_on_its_own(store: MetadataStore) -> None:
+    for key in ("a", "b", "c", "d"):
+        store.put("leases", key, b"0")
+    store.put("leases", "b", b"moved on")  # version 2: a write that expected 1 is refused
+    store.delete("leases", "d")
+    written = store.compare_and_set_many("leases", {
+        "a": (b"1", 1), "b": (b"1", 1), "c": (b"1", 1), "d": (b"1", 1)})
+    assert written == {"a": 2, "b": None, "c": 2, "d": None}
+    assert {k: (v.value, v.version) for k, v in store.list("leases").items()} == {
+        "a": (b"1", 2), "b": (b"moved on", 2), "c": (b"1", 2)}
+    assert store.compare_and_set_many("leases", {}) == {}
+    # many at once (beyond one ZooKeeper transaction's ops), a refusal among them
+    many = {f"p{i:04d}": (f"v{i}".encode(), 1) for i in range(1_200)}
+    store.put_many("leases", {k: b"0" for k in many})
+    store.put("leases", "p0600", b"elsewhere")
+    written = store.compare_and_set_many("leases", many)
+    assert written == {k: None if k == "p0600" else 2 for k in many}
+    assert store.get("leases", "p1199") == Versioned(b"v1199", 2)
 
 
 def test_compare_and_set_is_refused_once_the_fence_moved(store: MetadataStore) -> None:
@@ -194,6 +214,38 @@ def test_a_refused_compare_and_set_leaves_no_chunks(zk_client: KazooClient) -> N
     assert set(zk_client.get_children(f"{store.root}/_chunks/jobModels/7")) == before
     found = store.get("jobModels", "7")
     assert found is not None and found.value == b"x" * 5000
+
+
+def test_compare_and_set_many_cleans_old_chunks_and_writes_big_values_alone(
+    zk_client: KazooClient,
+) -> None:
+    store = ZkMetadataStore(zk_client, zk_root(), chunk_bytes=1024)
+    assert store.put("ns", "big", b"x" * 5000) == 1  # chunked
+    assert store.put("ns", "small", b"s") == 1
+    chunks = f"{store.root}/_chunks/ns"
+    assert zk_client.get_children(f"{chunks}/big")
+    written = store.compare_and_set_many("ns", {"big": (b"now small", 1),
+                                                "small": (b"y" * 3000, 1)})
+    assert written == {"big": 2, "small": 2}
+    assert store.get("ns", "big") == Versioned(b"now small", 2)
+    assert store.get("ns", "small") == Versioned(b"y" * 3000, 2)
+    assert zk_client.get_children(f"{chunks}/big") == []  # the old chunks went
+    assert len(zk_client.get_children(f"{chunks}/small")) == 3  # the new ones stay
+
+
+def test_compare_and_set_many_with_refusals_in_every_round(zk_client: KazooClient) -> None:
+    """ZooKeeper names one refused op per transaction: past a few rounds the rest go one
+    by one, and every key still gets its own verdict."""
+    store = ZkMetadataStore(zk_client, zk_root())
+    keys = [f"k{i:02d}" for i in range(20)]
+    store.put_many("ns", {k: b"0" for k in keys})
+    moved = set(keys[1::3])
+    for key in moved:
+        store.put("ns", key, b"moved")
+    written = store.compare_and_set_many("ns", {k: (b"1", 1) for k in keys})
+    assert written == {k: None if k in moved else 2 for k in keys}
+    assert {k: v.value for k, v in store.list("ns").items()} == {
+        k: b"moved" if k in moved else b"1" for k in keys}
 
 
 def test_watch_fires_on_changes_from_another_client(
