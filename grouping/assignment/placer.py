@@ -83,9 +83,50 @@ class Placer:
             procs = self.group_procs.setdefault(g, {})
             procs[j] = procs.get(j, 0) + 1
         self.all_queue.touch(j)
-        self.loc_queue[self.w.location[j]].touch(j)
+        if self.loc_queue:
+            self.loc_queue[self.w.location[j]].touch(j)
         if self.on_place is not None:
             self.on_place(k, j)
+
+    def _follow(self, orphans: Sequence[int], i: int, k: int, j: int) -> int:
+        """Book on j, in bulk, the orphans from ``orphans[i]`` on that are of unit k's
+        partition group and that :meth:`_choose` would send after k, to j (the group's
+        only processor so far); the index of the first orphan left. The same decisions as
+        one by one: with the group on j alone and no lag, state or locality to weigh,
+        ``_choose`` takes j while j is open. From scratch, 7 of 8 units of a group follow
+        their first (100k tasks: a third of the assignment's time)."""
+        if self.excluded is not None or self.on_place is not None:
+            return i  # exclusions may follow each placement (copies of one task)
+        w, unit_task = self.w, self.unit_task
+        g = w.group[unit_task[k]]
+        gp = self.group_procs[g]
+        if len(gp) != 1:
+            return i
+        room = self.slots.room(j)
+        lag_aware, prefer_state = self.lag_aware, self.prefer_state
+        no_locations = self.avoid_locations is None
+        group, good, lag_of, locality = w.group, w.good, w.lag_of, w.locality
+        end, n = i, len(orphans)
+        while end < n and end - i < room:
+            v = orphans[end]
+            u = unit_task[v]
+            if group[u] != g or (lag_aware and good[u] is not None) \
+                    or (prefer_state and lag_of[u]) \
+                    or (no_locations and locality[u] is not None):
+                break
+            end += 1
+        if end > i:
+            followers = orphans[i:end]
+            self.slots.take_many(j, end - i)
+            place = self.place
+            for v in followers:
+                place[v] = j
+            self.on_proc[j].extend(followers)
+            gp[j] += end - i
+            self.all_queue.touch(j)
+            if self.loc_queue:
+                self.loc_queue[w.location[j]].touch(j)
+        return end
 
     def _move(self, k: int, src: int, dst: int) -> None:
         """Move unit k from src to dst; src keeps its slot for the caller to refill."""
@@ -112,15 +153,27 @@ class Placer:
             # Caught-up placements first, so that a task no caught-up processor can take
             # (it will get a warm-up) does not use up a slot a caught-up task needs.
             deferred = []
-            for k in sorted(orphans, key=self._constraint_order):
+            ordered = sorted(orphans, key=self._constraint_order)
+            i, n = 0, len(ordered)
+            while i < n:
+                k = ordered[i]
+                i += 1
                 j = self._choose_caught_up(k)
-                if j >= 0:
-                    self._assign(k, j)
-                else:
+                if j < 0:
                     deferred.append(k)
+                    continue
+                self._assign(k, j)
+                if self.group_cohesion and self.w.good[self.unit_task[k]] is None:
+                    i = self._follow(ordered, i, k, j)  # chosen as _choose would
             orphans = deferred
-        for k in orphans:
-            self._assign(k, self._choose(k))
+        i, n = 0, len(orphans)
+        while i < n:
+            k = orphans[i]
+            j = self._choose(k)
+            self._assign(k, j)
+            i += 1
+            if self.group_cohesion:
+                i = self._follow(orphans, i, k, j)
         return self.place
 
     def _choose_caught_up(self, k: int) -> int:
@@ -215,10 +268,15 @@ class Placer:
         w = self.w
         load = self.slots.load
         self.all_queue = LoadQueue(range(w.m), load)
-        by_loc: dict[str, list[int]] = {}
-        for j, loc in enumerate(w.location):
-            by_loc.setdefault(loc, []).append(j)
-        self.loc_queue = {loc: LoadQueue(js, load) for loc, js in by_loc.items()}
+        # by location only when an orphan's task has a last location to return to (and
+        # no location is to be avoided): the only use of these queues
+        locality, unit_task = w.locality, self.unit_task
+        if self.avoid_locations is None and any(
+                locality[unit_task[k]] is not None for k in orphans):
+            by_loc: dict[str, list[int]] = {}
+            for j, loc in enumerate(w.location):
+                by_loc.setdefault(loc, []).append(j)
+            self.loc_queue = {loc: LoadQueue(js, load) for loc, js in by_loc.items()}
         if not self.group_cohesion or not orphans:
             return
         unit_group = list(map(w.group.__getitem__, self.unit_task))

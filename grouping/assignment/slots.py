@@ -76,6 +76,13 @@ class Slots:
         a = self.assigned[j]
         return a < self.floor[j] or (a < self.cap[j] and self.pool > 0)
 
+    def room(self, j: int) -> int:
+        """How many take(j) in a row find j open: up to its floor, then up to its cap
+        while the shared pool lasts."""
+        a, floor = self.assigned[j], self.floor[j]
+        beyond = min(self.cap[j] - max(a, floor), self.pool) if self.pool > 0 else 0
+        return max(0, floor - a) + max(0, beyond)
+
     def take(self, j: int) -> None:
         if self.assigned[j] >= self.floor[j]:
             self.pool -= 1
