@@ -72,8 +72,9 @@ def rss_mb(pid: int) -> float:
 
 @dataclass
 class Fleet:
-    """The simulated processors (two keep-alive connections each: the long poll, and
-    heartbeats and acks): what each received and when."""
+    """The simulated processors (three keep-alive connections each: the long poll, acks
+    and registration, heartbeats; a real worker heartbeats from its own thread, so a
+    slow ack never holds its heartbeats up): what each received and when."""
 
     host: str
     port: int
@@ -84,11 +85,12 @@ class Fleet:
     stopping: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
-    conns: dict[str, tuple[MiniConnection, MiniConnection]] = field(default_factory=dict)
+    conns: dict[str, tuple[MiniConnection, MiniConnection, MiniConnection]] = field(
+        default_factory=dict)
 
     async def join(self, pid: str) -> None:
-        poll, ctl = (MiniConnection(self.host, self.port), MiniConnection(self.host, self.port))
-        self.conns[pid] = (poll, ctl)
+        poll, ctl, beats = (MiniConnection(self.host, self.port) for _ in range(3))
+        self.conns[pid] = (poll, ctl, beats)
         status, body = await ctl.request("POST", "/processors", {
             "processorId": pid, "locationId": f"host-{pid}"})
         if status != 201:
@@ -99,23 +101,23 @@ class Fleet:
     async def leave(self, pid: str) -> None:
         self.stopping.add(pid)
         self.tasks.pop(pid).cancel()
-        poll, ctl = self.conns.pop(pid)
+        poll, ctl, beats = self.conns.pop(pid)
         await ctl.request("DELETE", f"/processors/{pid}",
                           headers={"Coxswain-Lease-Token": self.tokens[pid]})
-        await ctl.aclose()
-        await poll.aclose()
+        for conn in (ctl, poll, beats):
+            await conn.aclose()
 
     async def close(self) -> None:
         for task in self.tasks.values():
             task.cancel()
-        for poll, ctl in self.conns.values():
-            await poll.aclose()
-            await ctl.aclose()
+        for conns in self.conns.values():
+            for conn in conns:
+                await conn.aclose()
 
     async def _run(self, pid: str) -> None:
         lease = {"Coxswain-Lease-Token": self.tokens[pid]}
-        poll, ctl = self.conns[pid]
-        beat = asyncio.create_task(self._heartbeat(pid, ctl, lease))
+        poll, ctl, beats = self.conns[pid]
+        beat = asyncio.create_task(self._heartbeat(pid, beats, lease))
         version = 0
         try:
             while pid not in self.stopping:
