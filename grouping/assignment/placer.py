@@ -149,7 +149,10 @@ class Placer:
 
     def run(self) -> list[int]:
         orphans = self._keep()
-        if self.lag_aware:
+        good, unit_task = self.w.good, self.unit_task
+        # without any lag known for an orphan, the lag-aware order and choice are the
+        # plain ones (_choose_caught_up is _choose then): no sort of 100k orphans
+        if self.lag_aware and any(good[unit_task[k]] is not None for k in orphans):
             # Caught-up placements first, so that a task no caught-up processor can take
             # (it will get a warm-up) does not use up a slot a caught-up task needs.
             deferred = []
@@ -271,7 +274,7 @@ class Placer:
         # by location only when an orphan's task has a last location to return to (and
         # no location is to be avoided): the only use of these queues
         locality, unit_task = w.locality, self.unit_task
-        if self.avoid_locations is None and any(
+        if self.avoid_locations is None and w.any_locality and any(
                 locality[unit_task[k]] is not None for k in orphans):
             by_loc: dict[str, list[int]] = {}
             for j, loc in enumerate(w.location):

@@ -1,7 +1,11 @@
-"""The placer books the units that follow their partition group's first unit to the same
-processor in bulk (``Placer._follow``); this gives exactly what placing every unit on its
-own with ``_choose`` gives: from scratch, after processors come and go, with last
-locations, with lags (some caught up, some behind), stateless or stateful."""
+"""Fast paths of the assignment give exactly what the general code gives.
+
+The placer books the units that follow their partition group's first unit to the same
+processor in bulk (``Placer._follow``): the same as placing every unit on its own with
+``_choose``, from scratch, after processors come and go, with last locations, with lags
+(some caught up, some behind), stateless or stateful. A first generation indexes its tasks
+without tracing lineage (``World._no_history``): the same as tracing them against a
+previous model that had nothing."""
 
 from __future__ import annotations
 
@@ -13,8 +17,14 @@ from hypothesis import strategies as st
 
 from grouping.assignment import AssignmentParams
 from grouping.assignment.placer import Placer
+from grouping.assignment.world import World
 from grouping.generation import GeneratedJobModel, generate_job_model
-from grouping.groupers import GroupByPartition
+from grouping.groupers import (
+    GroupByPartition,
+    GroupBySystemStreamPartition,
+    SspGrouper,
+    group_tasks,
+)
 from grouping.model import JobModel, SystemStreamPartition
 
 
@@ -56,3 +66,30 @@ def test_bulk_followers_equal_placing_one_by_one(seed: int) -> None:
     for a, b in zip(bulk, one_by_one, strict=True):
         assert a.job_model == b.job_model
         assert a.assignment.warmups == b.assignment.warmups
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=10**9))
+def test_a_first_generation_indexes_as_tracing_an_empty_previous_model(seed: int) -> None:
+    rnd = random.Random(seed)
+    groupers: list[SspGrouper] = [GroupByPartition(), GroupBySystemStreamPartition()]
+    grouper = rnd.choice(groupers)
+    ssps = [SystemStreamPartition("kafka", f"s{s}", p)
+            for s in range(rnd.randrange(1, 3)) for p in range(rnd.randrange(1, 30))]
+    factor = rnd.choice([1, 2, 4])
+    tasks = group_tasks(grouper, ssps, factor)
+    procs = {f"p{i}": f"h{rnd.randrange(4)}" for i in range(rnd.randrange(1, 8))}
+    names = [t.name for t in tasks]
+    locality = {n: rnd.choice(["h0", "h9"]) for n in names if rnd.random() < 0.5} \
+        if rnd.random() < 0.5 else {}
+    lags = {pid: {n: rnd.choice([0, 7, 90_000]) for n in names if rnd.random() < 0.3}
+            for pid in procs if rnd.random() < 0.5} if rnd.random() < 0.5 else {}
+    kinds: list[bool | frozenset[str]] = [
+        True, False, frozenset(n for n in names if rnd.random() < 0.5)]
+    stateful = rnd.choice(kinds)
+    empty = JobModel(0, {"elasticityFactor": factor, "sspGrouper": grouper.name}, {})
+    first, traced = (World(list(reversed(tasks)), procs, previous, locality, lags, stateful,
+                           AssignmentParams(), factor) for previous in (None, empty))
+    for attribute in ("group", "lineage", "sticky", "locality", "lag_of", "good"):
+        assert getattr(first, attribute) == getattr(traced, attribute), attribute
+    assert [h.tasks for h in first.histories] == [h.tasks for h in traced.histories]
