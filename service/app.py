@@ -239,7 +239,8 @@ def create_app(settings: Settings, clock: Clock | None = None,
                 render(model)  # the answers' JSON, off the event loop
                 heap.settled()  # and the collector off the new model
 
-            coordinator = Coordinator(config, store, leader, clock, metrics, prepare=prepare)
+            coordinator = Coordinator(config, store, leader, clock, metrics, prepare=prepare,
+                                      generation_scope=heap.generating)
             app.state.settings = settings
             app.state.metadata_store = store
             app.state.checkpoints = SqlCheckpointStore(engine)

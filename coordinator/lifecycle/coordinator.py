@@ -27,6 +27,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 from coordinator.ack_group import AckGroup
@@ -74,12 +75,16 @@ class Coordinator:
         clock: Clock,
         observer: LifecycleObserver | None = None,
         prepare: Callable[[JobModel], object] | None = None,
+        generation_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
         """``prepare`` runs on each new job model in a worker thread before it is published
         (the service renders its JSON there), so waiters woken by the publication are
-        answered at once instead of queueing behind megabytes of rendering."""
+        answered at once instead of queueing behind megabytes of rendering.
+        ``generation_scope()`` is entered around each generation and its ``prepare`` (the
+        service keeps the garbage collector off the new model there)."""
         self.config = config
         self._prepare = prepare
+        self._generation_scope = generation_scope
         self._store = store
         self._leader = leader
         self._clock = clock
@@ -485,15 +490,16 @@ class Coordinator:
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
         def generate() -> GeneratedJobModel:
-            generated = self._generator.generate(
-                version, inputs, grouper_by_name(self.config.grouper), factor, processors,
-                previous=previous, task_locality=locality, task_lags=lags,
-                stateful=self.config.stateful, params=self.config.assignment,
-                max_elasticity_factor=self.config.max_elasticity_factor,
-                extra_config=extra,
-            )
-            if self._prepare is not None:
-                self._prepare(generated.job_model)
+            with self._generation_scope():
+                generated = self._generator.generate(
+                    version, inputs, grouper_by_name(self.config.grouper), factor,
+                    processors, previous=previous, task_locality=locality, task_lags=lags,
+                    stateful=self.config.stateful, params=self.config.assignment,
+                    max_elasticity_factor=self.config.max_elasticity_factor,
+                    extra_config=extra,
+                )
+                if self._prepare is not None:
+                    self._prepare(generated.job_model)
             return generated
 
         generated = await asyncio.to_thread(generate)

@@ -82,3 +82,38 @@ def test_running_spaces_full_collections_out_and_stopping_restores_them() -> Non
 
     assert asyncio.run(run()) == (before[0], before[1], 100)
     assert gc.get_threshold() == before
+
+
+def test_generating_pauses_the_collector_and_freezes_what_it_made() -> None:
+    heap = FrozenHeap(monotonic=lambda: 5.0)
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    with heap.generating():
+        assert not gc.isenabled()
+        made = [Node() for _ in range(1000)]
+        for node in made:
+            node.other = node  # cycles, so that only the collector could free them
+        gone = weakref.ref(made[0])
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen_before + 1000
+    del made, node
+    gc.collect()
+    assert gone() is not None  # frozen: out of the collector's sight until a thaw
+    assert heap.thaw_if_idle() is False  # just settled: not idle
+    gc.unfreeze()
+    gc.collect()
+    assert gone() is None
+
+
+def test_generating_restores_the_collector_as_it_was_even_on_failure() -> None:
+    heap = FrozenHeap(monotonic=lambda: 0.0)
+    with pytest.raises(RuntimeError), heap.generating():
+        raise RuntimeError("generation failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with heap.generating():
+            pass
+        assert not gc.isenabled()  # the caller had it off: it stays off
+    finally:
+        gc.enable()
