@@ -71,6 +71,7 @@ class Placer:
         self.all_queue = LoadQueue((), self.slots.load)
         self.loc_queue: dict[str, LoadQueue] = {}
         self.aug_budget = 50_000
+        self._plain_followers = False  # set by run()
 
     # -- bookkeeping
 
@@ -107,7 +108,11 @@ class Placer:
         no_locations = self.avoid_locations is None
         group, good, lag_of, locality = w.group, w.good, w.lag_of, w.locality
         end, n = i, len(orphans)
-        while end < n and end - i < room:
+        limit = min(n, i + room)
+        if self._plain_followers:  # nothing but the group to weigh (from scratch)
+            while end < limit and group[unit_task[orphans[end]]] == g:
+                end += 1
+        while end < limit:
             v = orphans[end]
             u = unit_task[v]
             if group[u] != g or (lag_aware and good[u] is not None) \
@@ -149,10 +154,17 @@ class Placer:
 
     def run(self) -> list[int]:
         orphans = self._keep()
-        good, unit_task = self.w.good, self.unit_task
+        w, unit_task = self.w, self.unit_task
+        good = w.good
+        any_good = good.count(None) != len(good)  # some task's lags are known (in C)
+        # followers of a group's first unit have nothing but their group to weigh
+        self._plain_followers = not self.prefer_state and not (
+            self.avoid_locations is None and w.any_locality) and not (
+            self.lag_aware and any_good)
         # without any lag known for an orphan, the lag-aware order and choice are the
         # plain ones (_choose_caught_up is _choose then): no sort of 100k orphans
-        if self.lag_aware and any(good[unit_task[k]] is not None for k in orphans):
+        if self.lag_aware and any_good \
+                and any(good[unit_task[k]] is not None for k in orphans):
             # Caught-up placements first, so that a task no caught-up processor can take
             # (it will get a warm-up) does not use up a slot a caught-up task needs.
             deferred = []
@@ -280,8 +292,8 @@ class Placer:
             for j, loc in enumerate(w.location):
                 by_loc.setdefault(loc, []).append(j)
             self.loc_queue = {loc: LoadQueue(js, load) for loc, js in by_loc.items()}
-        if not self.group_cohesion or not orphans:
-            return
+        if not self.group_cohesion or not orphans or len(orphans) == len(self.unit_task):
+            return  # (every unit an orphan, as from scratch: no group is anywhere yet)
         unit_group = list(map(w.group.__getitem__, self.unit_task))
         wanted = {unit_group[k] for k in orphans}
         place = self.place
