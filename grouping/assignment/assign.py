@@ -123,7 +123,8 @@ def assign_tasks_traced(
     if params.num_standbys > 0:
         lag_of, acceptable = w.lag_of, params.acceptable_recovery_lag
         for u in stateful_units:
-            for idx, j in enumerate(list(standbys[u])):
+            # (only the copy at idx is ever replaced: no need to iterate over a copy)
+            for idx, j in enumerate(standbys[u]):
                 lag = lag_of[u].get(j)  # w.rank(u, j) == 0, inlined: 100k copies
                 if (lag is not None and lag <= acceptable) or j == target[u]:
                     continue
@@ -271,6 +272,23 @@ def _state_holders(w: World, u: int, active: int, target: int, count: int) -> li
         ok2 = j2 >= 0 and j2 not in (active, target)
         if not (ok1 and ok2 and j1 != j2):
             return [j1] if ok1 else [j2] if ok2 else []
+    if count == 1:
+        # the best holder by (rank, not a standby holder, index), without sets: a
+        # processor that held both an active and a standby copy is met as a standby
+        # holder too, whose key is the smaller one
+        lags, acceptable = w.lag_of[u], w.params.acceptable_recovery_lag
+        best: tuple[int, bool, int] | None = None
+        for holder_pids, owner in ((standby_pids, False), (owner_pids, True)):
+            for pid in holder_pids:
+                j = alive.get(pid, -1)
+                if j < 0 or j in (active, target):
+                    continue
+                lag = lags.get(j)
+                key = (UNKNOWN_LAG if lag is None else 0 if lag <= acceptable else lag,
+                       owner, j)
+                if best is None or key < best:
+                    best = key
+        return [] if best is None else [best[2]]
     standby = {alive.get(pid, -1) for pid in standby_pids}
     holders = {alive.get(pid, -1) for pid in owner_pids}
     holders |= standby

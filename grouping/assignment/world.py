@@ -288,8 +288,21 @@ class World:
                 good.append(None)
                 continue
             sources = lin or (name,)
-            lags = (of(sources[0]) or empty) if len(sources) == 1 else _merged_lags(
-                [of(child) for child in sources])
+            if len(sources) == 1:
+                lags = of(sources[0]) or empty
+            elif len(sources) == 2 and many is not None:
+                # two children (the factor halved, with standbys): _merged_lags, inlined
+                first, second = many.get(sources[0]), many.get(sources[1])
+                if first is None or second is None:
+                    lags = {}
+                else:
+                    lags = {}
+                    for j, lag in first.items():
+                        more = second.get(j)
+                        if more is not None:
+                            lags[j] = more if more > lag else lag
+            else:
+                lags = _merged_lags([of(child) for child in sources])
             lag_of.append(lags)
             good.append(_good_among(lags, acceptable))
         return lag_of, good
