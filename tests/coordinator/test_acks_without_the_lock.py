@@ -18,6 +18,7 @@ from coordinator.membership import NAMESPACE
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
+from tests.coordinator.rebalanced import rebalanced
 
 
 class StallingStore(SqlMetadataStore):
@@ -45,8 +46,7 @@ async def _scenario(tmp_path: Path) -> tuple[BarrierState, bool, BarrierState, i
     try:
         for pid in ("p1", "p2"):
             await coordinator.register(pid, f"h-{pid}", None)
-        model = await coordinator.rebalance("test")
-        assert model is not None
+        model = await rebalanced(coordinator)
         store.stall.set()
         joining = asyncio.create_task(coordinator.register("p3", "h-p3", None))
         await asyncio.sleep(0.1)  # it holds the lock, its write stalled

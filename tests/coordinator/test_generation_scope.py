@@ -14,9 +14,10 @@ from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP, JobModel
 from service.database import make_engine, upgrade
+from tests.coordinator.rebalanced import rebalanced
 
 
-async def _scenario(tmp_path: Path) -> tuple[list[str], int | None]:
+async def _scenario(tmp_path: Path) -> tuple[list[str], int]:
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     upgrade(engine)
     events: list[str] = []
@@ -37,15 +38,14 @@ async def _scenario(tmp_path: Path) -> tuple[list[str], int | None]:
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
-        model = await coordinator.rebalance("test")
-        return events, None if model is None else model.version
+        model = await rebalanced(coordinator)
+        return events, model.version
     finally:
         await coordinator.stop()
 
 
 def test_generation_and_preparation_run_inside_the_scope(tmp_path: Path) -> None:
     events, version = asyncio.run(_scenario(tmp_path))
-    assert version is not None
     assert f"prepare {version}" in events
     # every generation: entered, prepared, left; none outside the scope
     assert len(events) % 3 == 0

@@ -17,6 +17,7 @@ from coordinator.locality import TASK_LOCALITY, LocalityWriter, TaskLocality
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
+from tests.coordinator.rebalanced import rebalanced
 
 
 class SlowLocalityStore(SqlMetadataStore):
@@ -51,8 +52,7 @@ async def _barrier_scenario(tmp_path: Path) -> tuple[float, bool, dict[str, str]
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
-        model = await coordinator.rebalance("test")
-        assert model is not None
+        model = await rebalanced(coordinator)
         ack = asyncio.create_task(coordinator.ack(model.version, "p1"))
         await asyncio.sleep(0.3)  # the barrier is done; its localities are being written
         assert coordinator.barrier is not None

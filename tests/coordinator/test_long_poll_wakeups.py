@@ -12,6 +12,7 @@ from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
+from tests.coordinator.rebalanced import rebalanced
 
 
 async def _scenario(tmp_path: Path) -> tuple[int, int, list[bool]]:
@@ -29,8 +30,8 @@ async def _scenario(tmp_path: Path) -> tuple[int, int, list[bool]]:
         pids = [f"p{i}" for i in range(6)]
         for pid in pids:
             await coordinator.register(pid, f"h-{pid}", None)
-        model = await coordinator.rebalance("test")
-        assert model is not None and set(model.containers) == set(pids)
+        model = await rebalanced(coordinator)
+        assert set(model.containers) == set(pids)
         version = model.version
         wakeups = 0
         original = coordinator._changed_since
