@@ -272,42 +272,21 @@ def _state_holders(w: World, u: int, active: int, target: int, count: int) -> li
         ok2 = j2 >= 0 and j2 not in (active, target)
         if not (ok1 and ok2 and j1 != j2):
             return [j1] if ok1 else [j2] if ok2 else []
-    if count == 1:
-        # the best holder by (rank, not a standby holder, index), without sets: a
-        # processor that held both an active and a standby copy is met as a standby
-        # holder too, whose key is the smaller one
-        lags, acceptable = w.lag_of[u], w.params.acceptable_recovery_lag
-        best: tuple[int, bool, int] | None = None
-        for holder_pids, owner in ((standby_pids, False), (owner_pids, True)):
-            for pid in holder_pids:
-                j = alive.get(pid, -1)
-                if j < 0 or j in (active, target):
-                    continue
-                lag = lags.get(j)
-                key = (UNKNOWN_LAG if lag is None else 0 if lag <= acceptable else lag,
-                       owner, j)
-                if best is None or key < best:
-                    best = key
-        return [] if best is None else [best[2]]
-    standby = {alive.get(pid, -1) for pid in standby_pids}
-    holders = {alive.get(pid, -1) for pid in owner_pids}
-    holders |= standby
-    holders.discard(active)
-    holders.discard(target)
-    holders.discard(-1)  # gone since
-    if len(holders) <= 1:
-        return list(holders)
-
+    # ranked by (lag rank, not a standby holder, index); a processor that held both an
+    # active and a standby copy counts as a standby holder (met first)
     lags, acceptable = w.lag_of[u], w.params.acceptable_recovery_lag
-
-    def rank(j: int) -> tuple[int, bool, int]:  # (w.rank(u, j), ...), inlined
-        lag = lags.get(j)
-        behind = UNKNOWN_LAG if lag is None else 0 if lag <= acceptable else lag
-        return (behind, j not in standby, j)
-
+    keys: dict[int, tuple[int, bool, int]] = {}
+    for holder_pids, owner in ((standby_pids, False), (owner_pids, True)):
+        for pid in holder_pids:
+            j = alive.get(pid, -1)
+            if j < 0 or j in (active, target) or j in keys:
+                continue
+            lag = lags.get(j)  # w.rank(u, j), inlined
+            keys[j] = (UNKNOWN_LAG if lag is None else 0 if lag <= acceptable else lag,
+                       owner, j)
     if count == 1:
-        return [min(holders, key=rank)]
-    return sorted(holders, key=rank)[:count]
+        return [min(keys.values())[2]] if keys else []
+    return [key[2] for key in sorted(keys.values())[:count]]
 
 
 def _containers(

@@ -178,7 +178,7 @@ class Placer:
                     deferred.append(k)
                     continue
                 self._assign(k, j)
-                if self.group_cohesion and self.w.good[self.unit_task[k]] is None:
+                if self.group_cohesion and good[unit_task[k]] is None:
                     i = self._follow(ordered, i, k, j)  # chosen as _choose would
             orphans = deferred
         i, n = 0, len(orphans)

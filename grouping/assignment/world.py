@@ -290,17 +290,8 @@ class World:
             sources = lin or (name,)
             if len(sources) == 1:
                 lags = of(sources[0]) or empty
-            elif len(sources) == 2 and many is not None:
-                # two children (the factor halved, with standbys): _merged_lags, inlined
-                first, second = many.get(sources[0]), many.get(sources[1])
-                if first is None or second is None:
-                    lags = {}
-                else:
-                    lags = {}
-                    for j, lag in first.items():
-                        more = second.get(j)
-                        if more is not None:
-                            lags[j] = more if more > lag else lag
+            elif len(sources) == 2 and many is not None:  # the factor halved, standbys
+                lags = _merged_pair(many.get(sources[0]), many.get(sources[1]))
             else:
                 lags = _merged_lags([of(child) for child in sources])
             lag_of.append(lags)
@@ -340,6 +331,8 @@ def _own_reports(
 def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:
     """A merged task is only as caught up as its least caught-up child, and known only
     on processors that reported every child."""
+    if len(children) == 2:
+        return _merged_pair(children[0], children[1])
     if not children or None in children:
         return {}
     first, *rest = children
@@ -353,6 +346,19 @@ def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:
             worst = more if more > worst else worst
         else:
             merged[j] = worst
+    return merged
+
+
+def _merged_pair(first: dict[int, int] | None, second: dict[int, int] | None
+                 ) -> dict[int, int]:
+    """:func:`_merged_lags` of two children (a task of a halved factor), without lists."""
+    if first is None or second is None:
+        return {}
+    merged: dict[int, int] = {}
+    for j, lag in first.items():
+        more = second.get(j)
+        if more is not None:
+            merged[j] = more if more > lag else lag
     return merged
 
 
