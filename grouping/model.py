@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice, pairwise
-from operator import attrgetter, itemgetter
+from operator import attrgetter, ge, itemgetter
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
@@ -191,7 +191,7 @@ class ContainerModel:
         tasks = list(tasks)
         names = list(map(_name_of, tasks))
         by_name = zip(names, tasks, strict=True)
-        if any(map(str.__ge__, names, islice(names, 1, None))):  # not already in order
+        if any(map(ge, names, islice(names, 1, None))):  # not already in order
             return ContainerModel(processor_id, location_id, _frozen_mapping(by_name))
         return ContainerModel(processor_id, location_id, MappingProxyType(dict(by_name)))
 
@@ -267,6 +267,10 @@ class JobModel:
             self._memo[key] = build(self)
         value: T = self._memo[key]
         return value
+
+    def memoized(self, key: str) -> bool:
+        """Whether :meth:`memo` has built ``key`` for this model yet."""
+        return key in self._memo
 
     def _active_index(self) -> tuple[dict[str, TaskModel], dict[str, str]]:
         def build(model: JobModel) -> tuple[dict[str, TaskModel], dict[str, str]]:

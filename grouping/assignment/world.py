@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import islice
-from operator import attrgetter
+from operator import attrgetter, eq
 
 from grouping.assignment.params import UNKNOWN_LAG, AssignmentParams
 from grouping.errors import GroupingError
@@ -38,7 +38,7 @@ class World:
         self.tasks = sorted(tasks, key=attrgetter("name"))
         self.n = len(self.tasks)
         names = [t.name for t in self.tasks]
-        if any(map(str.__eq__, names, islice(names, 1, None))):  # sorted: twins are adjacent
+        if any(map(eq, names, islice(names, 1, None))):  # sorted: twins are adjacent
             raise GroupingError("task names must be unique")
         self.names = names
         factor = elasticity_factor or elasticity_factor_of(self.tasks)
