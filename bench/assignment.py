@@ -15,7 +15,10 @@ processor (no state yet) only gets warm-ups: its moves come in later probing reb
 Each change is generated as the leader does it: by a :class:`JobModelGenerator` that
 generated the starting model and kept its indexes, incremental where the change allows
 (column "path"); "full ms" times the full computation (``generate_job_model`` from a fresh
-copy of the previous model) for the same change. A row "initial" generates from scratch.
+copy of the previous model, whose lineage it indexes first) for the same change. A row
+"initial" generates from scratch. The leader indexes a model's lineage once it is published
+(``JobModelGenerator.index_lineage``), off the way to the next publication; the bench does it
+after generating the starting model and after each timed run, outside the clock.
 
 Run: python -m bench.assignment [--quick] [--runs N] [--tasks N...] [--procs N...]
      [--standbys N] [--leader-heap]
@@ -70,8 +73,11 @@ def lags_of(model: JobModel) -> dict[str, dict[str, int]]:
 
 def timed(fn: Callable[[], GeneratedJobModel], runs: int,
           scope: Callable[[], AbstractContextManager[object]] = nullcontext,
+          published: Callable[[GeneratedJobModel], None] | None = None,
           ) -> tuple[float, GeneratedJobModel]:
-    """The median seconds of ``runs`` calls of ``fn``, each inside ``scope()``."""
+    """The median seconds of ``runs`` calls of ``fn``, each inside ``scope()``;
+    ``published`` runs on each result after the clock stops (what the leader does once a
+    model is published)."""
     times = []
     result = None
     for _ in range(runs):
@@ -82,6 +88,9 @@ def timed(fn: Callable[[], GeneratedJobModel], runs: int,
         with scope():
             result = fn()
         times.append(time.perf_counter() - start)
+        if published is not None:
+            with scope():
+                published(result)
     assert result is not None
     return statistics.median(times), result
 
@@ -107,6 +116,7 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
         generator = JobModelGenerator()
         base = generator.generate(1, ssps, GROUPER, factor_before, procs, stateful=stateful,
                                   params=params).job_model
+        generator.index_lineage(base)  # as the leader does once it published ``base``
         lags = lags_of(base) if stateful else None
 
         def run(base: JobModel = base, live: dict[str, str] = live,
@@ -123,7 +133,11 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
             return generate_job_model(2, ssps, GROUPER, BASE_FACTOR, live, previous=previous,
                                       task_lags=lags, stateful=stateful, params=params)
 
-        seconds, generated = timed(run, runs, scope)
+        def publish(generated: GeneratedJobModel,
+                    generator: JobModelGenerator = generator) -> None:
+            generator.index_lineage(generated.job_model)
+
+        seconds, generated = timed(run, runs, scope, publish)
         path = generator.last_path
         full_seconds, reference = timed(full, runs, scope)
         assert reference.job_model == generated.job_model, "incremental != full"

@@ -45,6 +45,7 @@ from grouping.assignment.slots import LoadQueue, Slots
 from grouping.generation import GeneratedJobModel, gc_paused, generate_traced, job_config
 from grouping.groupers import AllSspToSingleTask, SspGrouper
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR
+from grouping.lineage import PreviousAssignment
 from grouping.model import ContainerModel, JobModel, SystemStreamPartition, TaskMode, TaskModel
 from grouping.task_names import standby_task_name
 
@@ -87,6 +88,7 @@ class JobModelGenerator:
         # their identity (unchanged containers are shared between versions, an unchanged
         # report is kept by the membership), so a change re-checks only what changed
         self._own_reports: dict[str, tuple[Mapping[str, int], ContainerModel]] = {}
+        self._retired: list[tuple[int, tuple[JobModel, _Index]]] = []
         self.last_path = ""
 
     def generate(
@@ -136,6 +138,16 @@ class JobModelGenerator:
             self.last_path = "full"
             return generated
 
+    def index_lineage(self, model: JobModel) -> None:
+        """Index ``model``'s lineage (its tasks and copy holders by partition group) for
+        the generation that will follow it. A full generation (a factor change, standby
+        copies) reads it from its previous model; the leader builds it once the model is
+        published, while the processors take it up, instead of at the trigger of the next
+        change (100k tasks: 60 ms; 200k, with one standby each: 160 ms). The indexes the
+        last generation let go are freed here too."""
+        self._retired = []
+        PreviousAssignment.of(model)
+
     def _index_of(self, previous: JobModel | None, inputs: list[SystemStreamPartition],
                   settings: tuple[object, ...], grouper: SspGrouper) -> _Index | None:
         if previous is None or isinstance(grouper, AllSspToSingleTask):
@@ -153,8 +165,14 @@ class JobModelGenerator:
 
     def _remember(self, model: JobModel, index: _Index) -> None:
         self._indexes[id(model)] = (model, index)
+        retired = []
         while len(self._indexes) > self._keep:
-            self._indexes.popitem(last=False)
+            retired.append(self._indexes.popitem(last=False))
+        if retired:
+            # freed by index_lineage, once the new model is published: freeing an old
+            # index (and its model when nothing else holds it: 100k tasks, 15-25 ms) is
+            # not part of making the new one
+            self._retired = retired
 
 
 def _index_from(trace: AssignmentTrace, generated: GeneratedJobModel,

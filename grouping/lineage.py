@@ -31,6 +31,7 @@ class GroupHistory(NamedTuple):
 
 
 NO_HISTORY = GroupHistory({}, {}, {})
+_MEMO_KEY = "previous-assignment"
 
 
 class PreviousAssignment:
@@ -69,7 +70,12 @@ class PreviousAssignment:
         """Index ``previous`` (None: no history)."""
         if previous is None:
             return PreviousAssignment()
-        return previous.memo("previous-assignment", _index)
+        return previous.memo(_MEMO_KEY, _index)
+
+    @staticmethod
+    def indexed(model: JobModel) -> bool:
+        """Whether ``model`` has been indexed (:meth:`of` answers at once)."""
+        return model.memoized(_MEMO_KEY)
 
     @property
     def owner(self) -> Mapping[str, str]:

@@ -504,8 +504,24 @@ class Coordinator:
 
         generated = await asyncio.to_thread(generate)
         async with self._lock:
-            return await self._publish(reason, previous, generated,
-                                       time.perf_counter() - started)
+            published = await self._publish(reason, previous, generated,
+                                            time.perf_counter() - started)
+        if published is not None:
+            # the next full generation reads this model's lineage index: built now, while
+            # the processors take the new version up, not at the next change's trigger
+            self._schedule("index-model", 0.0, lambda: self._index_for_next(published))
+        return published
+
+    async def _index_for_next(self, model: JobModel) -> None:
+        async with self._generation:  # after any generation under way, never beside one
+            if model is not self._latest:
+                return  # superseded: the next generation starts from a newer model
+
+            def index() -> None:
+                with self._generation_scope():
+                    self._generator.index_lineage(model)
+
+            await asyncio.to_thread(index)
 
     async def _publish(
         self, reason: str, previous: JobModel | None, generated: GeneratedJobModel,

@@ -12,6 +12,7 @@ from coordinator.clock import SystemClock
 from coordinator.leader import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
+from grouping.lineage import PreviousAssignment
 from grouping.model import SSP, JobModel
 from service.database import make_engine, upgrade
 from tests.coordinator.rebalanced import rebalanced
@@ -47,8 +48,53 @@ async def _scenario(tmp_path: Path) -> tuple[list[str], int]:
 def test_generation_and_preparation_run_inside_the_scope(tmp_path: Path) -> None:
     events, version = asyncio.run(_scenario(tmp_path))
     assert f"prepare {version}" in events
-    # every generation: entered, prepared, left; none outside the scope
-    assert len(events) % 3 == 0
-    for i in range(0, len(events), 3):
-        assert events[i] == "enter" and events[i + 1].startswith("prepare ")
-        assert events[i + 2] == "exit"
+    # every generation: entered, prepared, left; none outside the scope (a published
+    # model's lineage index is built in the scope too: entered and left, no preparation)
+    i = 0
+    while i < len(events):
+        assert events[i] == "enter"
+        if events[i + 1].startswith("prepare "):
+            assert events[i + 2] == "exit"
+            i += 3
+        else:
+            assert events[i + 1] == "exit"
+            i += 2
+
+
+async def _indexed_after_publication(tmp_path: Path) -> tuple[bool, bool, list[str]]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    upgrade(engine)
+    events: list[str] = []
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
+                               debounce_s=60)
+    coordinator = Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"),
+                              SystemClock(), generation_scope=scope)
+    await coordinator.start()
+    try:
+        await coordinator.register("p1", "h1", None)
+        model = await rebalanced(coordinator)
+        at_publication = PreviousAssignment.indexed(model)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not PreviousAssignment.indexed(model) \
+                and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        return at_publication, PreviousAssignment.indexed(model), events
+    finally:
+        await coordinator.stop()
+
+
+def test_a_published_model_is_indexed_for_the_next_generation_inside_the_scope(
+        tmp_path: Path) -> None:
+    # The next full generation (a factor change, standbys) reads the published model's
+    # lineage index; the leader builds it after publication, not at the next trigger.
+    at_publication, later, events = asyncio.run(_indexed_after_publication(tmp_path))
+    assert not at_publication  # not on the way to publication
+    assert later
+    assert events.count("enter") == events.count("exit") >= 2  # generation, then index
