@@ -274,16 +274,14 @@ def _state_holders(w: World, u: int, active: int, target: int, count: int) -> li
             return [j1] if ok1 else [j2] if ok2 else []
     # ranked by (lag rank, not a standby holder, index); a processor that held both an
     # active and a standby copy counts as a standby holder (met first)
-    lags, acceptable = w.lag_of[u], w.params.acceptable_recovery_lag
+    lags = w.lag_of[u]
     keys: dict[int, tuple[int, bool, int]] = {}
     for holder_pids, owner in ((standby_pids, False), (owner_pids, True)):
         for pid in holder_pids:
             j = alive.get(pid, -1)
             if j < 0 or j in (active, target) or j in keys:
                 continue
-            lag = lags.get(j)  # w.rank(u, j), inlined
-            keys[j] = (UNKNOWN_LAG if lag is None else 0 if lag <= acceptable else lag,
-                       owner, j)
+            keys[j] = (lags.get(j, UNKNOWN_LAG), owner, j)  # (w.rank(u, j), ...) inlined
     if count == 1:
         return [min(keys.values())[2]] if keys else []
     return [key[2] for key in sorted(keys.values())[:count]]

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import islice
 from operator import attrgetter, eq
+from typing import NamedTuple
 
 from grouping.assignment.params import UNKNOWN_LAG, AssignmentParams
 from grouping.errors import GroupingError
@@ -46,12 +47,14 @@ class World:
         self.prev = prev
         self.is_stateful = ([stateful] * self.n if isinstance(stateful, bool)
                             else [name in stateful for name in names])
-        # lag_of[u]: processor -> known lag; good[u]: processors allowed to run u's active
-        # (None: every processor, as for stateless tasks or when no lag is known anywhere)
+        # lag_of[u]: processor -> known lag, as the assignment ranks it (0 when within
+        # acceptable_recovery_lag, else the lag); good[u]: processors allowed to run u's
+        # active (None: every processor, as for stateless tasks or when no lag is known)
         self.lag_of: list[Mapping[int, int]] = []
         self.good: list[tuple[int, ...] | None] = []
         any_stateful = any(self.is_stateful)
-        own = _own_reports(task_lags, self.pid_index, previous) if any_stateful else None
+        own = (_own_reports(task_lags, self.pid_index, previous, params.acceptable_recovery_lag)
+               if any_stateful else None)
         self.factor = factor
         self.histories: list[GroupHistory] = []
         self._overlapping: dict[int, tuple[int, ...]] = {}  # key bucket -> previous buckets
@@ -71,7 +74,7 @@ class World:
             self.lag_of, self.good = self._lags(task_lags, params.acceptable_recovery_lag)
 
     def _no_history(self, task_locality: Mapping[str, str],
-                    own_reports: list[Mapping[str, int]] | None) -> None:
+                    own_reports: OwnReports | None) -> None:
         """:meth:`_trace` without a previous model (a first generation): no lineage, no
         sticky processor, no lag from a predecessor; a task's last location is its own
         name's. Partition groups only (a first generation of 100k tasks: a third of the
@@ -105,7 +108,7 @@ class World:
         prev: PreviousAssignment,
         factor: int,
         task_locality: Mapping[str, str],
-        own_reports: list[Mapping[str, int]] | None,
+        own_reports: OwnReports | None,
     ) -> None:
         """Partition group, lineage, sticky processor and last location of every task;
         with ``own_reports`` (every report names only tasks its processor ran before), the
@@ -119,7 +122,8 @@ class World:
         prev_factor = prev.factor
         halved = prev_factor == factor << 1
         stateful = self.is_stateful if own_reports is not None else [False] * self.n
-        reports_of: list[Mapping[str, int]] = own_reports or []
+        reports_of, caught_up = own_reports or ([], [])
+        acceptable = self.params.acceptable_recovery_lag
         empty: Mapping[int, int] = {}
         # shared read-only entries for the usual outcome, one processor caught up at lag 0
         alone = [(j,) for j in range(self.m)]
@@ -150,7 +154,7 @@ class World:
                 if parent is not None:
                     lin, j = (parent.name,), alive.get(owners[parent_bucket], -1)
                     if j >= 0 and stateful[u]:
-                        lag = reports_of[j].get(parent.name)
+                        lag = 0 if caught_up[j] else reports_of[j].get(parent.name)
             elif halved:  # two children: most children, ties to the smaller processor
                 c1, c2 = before.get(bucket), before.get(bucket + factor)
                 if c1 is not None and c2 is not None:
@@ -159,7 +163,9 @@ class World:
                     j2 = alive.get(owners[bucket + factor], -1)
                     if j1 == j2:
                         j = j1
-                        if j >= 0 and stateful[u]:
+                        if j >= 0 and stateful[u] and caught_up[j]:
+                            lag = 0
+                        elif j >= 0 and stateful[u]:
                             report = reports_of[j]
                             l1, l2 = report.get(c1.name), report.get(c2.name)
                             if l1 is not None and l2 is not None:
@@ -171,7 +177,7 @@ class World:
                     name = before[child_bucket].name
                     lin, j = (name,), alive.get(owners[child_bucket], -1)
                     if j >= 0 and stateful[u]:
-                        lag = reports_of[j].get(name)
+                        lag = 0 if caught_up[j] else reports_of[j].get(name)
             else:  # a deeper merge: the processor holding most children (ties: smallest)
                 buckets = [c for c in range(bucket, prev_factor, factor) if c in before]
                 lin = tuple(before[c].name for c in buckets)
@@ -183,7 +189,9 @@ class World:
                 if counts:
                     top = max(counts.values())
                     j = min(jc for jc, c in counts.items() if c == top)
-                    if stateful[u] and counts[j] == len(buckets):
+                    if stateful[u] and counts[j] == len(buckets) and caught_up[j]:
+                        lag = 0
+                    elif stateful[u] and counts[j] == len(buckets):
                         child_lags = [reports_of[j].get(name) for name in lin]
                         if None not in child_lags:
                             lag = max(child_lags)  # type: ignore[type-var]
@@ -192,7 +200,7 @@ class World:
                 if owner is not None:
                     lin, j = (t.name,), alive.get(owner, -1)
                     if j >= 0 and stateful[u]:
-                        lag = reports_of[j].get(t.name)
+                        lag = 0 if caught_up[j] else reports_of[j].get(t.name)
             lineage.append(lin)
             sticky.append(j)
             if task_locality:
@@ -209,7 +217,7 @@ class World:
                 lag_of.append(empty)
                 good.append(None)
             else:
-                lag_of.append(at_zero[j] if lag <= 0 else {j: lag})
+                lag_of.append(at_zero[j] if lag <= acceptable else {j: lag})
                 good.append(alone[j])
         self.locality = locality if task_locality else [None] * self.n
 
@@ -265,9 +273,9 @@ class World:
                 for name, lag in reports.items():
                     found = get(name)
                     if found is None:
-                        many[name] = {j: lag if lag > 0 else 0}
+                        many[name] = {j: lag if lag > acceptable else 0}
                     else:
-                        found[j] = lag if lag > 0 else 0
+                        found[j] = lag if lag > acceptable else 0
         empty: dict[int, int] = {}
 
         def of(name: str) -> dict[int, int] | None:
@@ -277,7 +285,7 @@ class World:
             if j is None:
                 return None
             lag = reports_of[j][name]
-            return {j: lag if lag > 0 else 0}
+            return {j: lag if lag > acceptable else 0}
 
         lag_of: list[Mapping[int, int]] = []
         good: list[tuple[int, ...] | None] = []
@@ -295,37 +303,52 @@ class World:
             else:
                 lags = _merged_lags([of(child) for child in sources])
             lag_of.append(lags)
-            good.append(_good_among(lags, acceptable))
+            good.append(_good_among(lags))
         return lag_of, good
 
     def rank(self, u: int, j: int) -> int:
         """0 when caught up, else the lag; UNKNOWN_LAG when j reported none."""
-        lag = self.lag_of[u].get(j)
-        if lag is None:
-            return UNKNOWN_LAG
-        return 0 if lag <= self.params.acceptable_recovery_lag else lag
+        return self.lag_of[u].get(j, UNKNOWN_LAG)
 
+
+
+class OwnReports(NamedTuple):
+    """The live processors' lag reports (by processor index), when every report names
+    only tasks its processor ran in the previous model; and whether a processor is caught
+    up on all of them: it reported every task of its previous container, none beyond
+    acceptable_recovery_lag (then a task it ran is known caught up there, without a look
+    into its report: 100k look-ups when the factor changes)."""
+
+    reports: list[Mapping[str, int]]
+    caught_up: list[bool]
 
 
 def _own_reports(
     task_lags: Mapping[str, Mapping[str, int]],
     pid_index: Mapping[str, int],
     previous: JobModel | None,
-) -> list[Mapping[str, int]] | None:
-    """Each live processor's report (by processor index) when every report names only
-    tasks its processor ran in ``previous`` (no standbys, the usual case): then a task's
-    one possible reporter is its previous owner. None otherwise."""
+    acceptable: int,
+) -> OwnReports | None:
+    """The reports when every one names only tasks its processor ran in ``previous`` (no
+    standbys, the usual case): then a task's one possible reporter is its previous owner.
+    None otherwise."""
     reports_of: list[Mapping[str, int]] = [{}] * len(pid_index)
+    caught_up = [False] * len(pid_index)
     containers = previous.containers if previous is not None else {}
     for pid, report in task_lags.items():
         j = pid_index.get(pid)
         if j is None or not report:
             continue
         container = containers.get(pid)
-        if container is None or not report.keys() <= container.tasks.keys():
+        if container is None:
+            return None
+        held = container.tasks.keys()
+        if not report.keys() <= held:
             return None
         reports_of[j] = report
-    return reports_of
+        # every task it held, reported (the names are a subset), all within acceptable
+        caught_up[j] = len(report) == len(held) and max(report.values()) <= acceptable
+    return OwnReports(reports_of, caught_up)
 
 
 def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:
@@ -362,20 +385,17 @@ def _merged_pair(first: dict[int, int] | None, second: dict[int, int] | None
     return merged
 
 
-def _good_among(lags: Mapping[int, int], acceptable: int) -> tuple[int, ...] | None:
+def _good_among(ranks: Mapping[int, int]) -> tuple[int, ...] | None:
     """The processors whose lag ranks best (caught up, or the least behind); None when no
     lag is known (every processor is as good as any other)."""
-    if not lags:
+    if not ranks:
         return None
-    if len(lags) == 1:
-        return tuple(lags)
-    if len(lags) == 2:  # an active and its standby: the usual case with standbys
-        (j1, l1), (j2, l2) = lags.items()
-        r1 = 0 if l1 <= acceptable else l1
-        r2 = 0 if l2 <= acceptable else l2
+    if len(ranks) == 1:
+        return tuple(ranks)
+    if len(ranks) == 2:  # an active and its standby: the usual case with standbys
+        (j1, r1), (j2, r2) = ranks.items()
         if r1 != r2:
             return (j1,) if r1 < r2 else (j2,)
         return (j1, j2) if j1 < j2 else (j2, j1)
-    best = min(0 if lag <= acceptable else lag for lag in lags.values())
-    return tuple(sorted(j for j, lag in lags.items()
-                        if (0 if lag <= acceptable else lag) == best))
+    best = min(ranks.values())
+    return tuple(sorted(j for j, rank in ranks.items() if rank == best))

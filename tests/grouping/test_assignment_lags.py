@@ -1,8 +1,10 @@
 """The lags the assignment reads per task, against their definition: a task's state is its
 lineage's (a split child's is its parent's; a merged task is known only on processors that
 reported every child, as far behind as its furthest child); a task without lineage has only
-its own reports. Negative reports count as caught up. Reports that name only their own
-processor's previous tasks take a faster path; both paths are checked."""
+its own reports. Reports that name only their own processor's previous tasks take a faster
+path, and a faster one still when a processor reports all of them caught up; every path is
+checked. A lag is read as the assignment ranks it: 0 within the acceptable recovery
+lag (negative reports too), else the lag."""
 
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ def expected_lags(previous: JobModel, factor: int, name: str, bucket: int,
     pids = sorted(live)
 
     def direct(task: str) -> dict[int, int]:
-        return {pids.index(p): max(0, r[task]) for p, r in reports.items()
-                if task in r and p in live}
+        # as the assignment ranks a lag: 0 within the acceptable recovery lag
+        return {pids.index(p): 0 if r[task] <= ACCEPTABLE else r[task]
+                for p, r in reports.items() if task in r and p in live}
 
     index = PreviousAssignment.of(previous)
     lineage = index.lineage_in(index.history_of(group), bucket, factor)
@@ -51,16 +54,15 @@ def expected_lags(previous: JobModel, factor: int, name: str, bucket: int,
 def expected_good(lags: dict[int, int]) -> tuple[int, ...] | None:
     if not lags:
         return None
-    rank = {j: 0 if lag <= ACCEPTABLE else lag for j, lag in lags.items()}
-    best = min(rank.values())
-    return tuple(sorted(j for j, r in rank.items() if r == best))
+    best = min(lags.values())
+    return tuple(sorted(j for j, rank in lags.items() if rank == best))
 
 
 lag_values = st.sampled_from([-5, 0, 7, ACCEPTABLE, ACCEPTABLE + 1, 50_000])
 
 
 @given(before=st.sampled_from([1, 2, 4, 8]), after=st.sampled_from([1, 2, 4, 8]),
-       reporting=st.sampled_from(["own", "exclusive", "any"]),
+       reporting=st.sampled_from(["own", "caught-up", "exclusive", "any"]),
        lost=st.sampled_from([None, "p1", "p3"]), widened=st.booleans(),
        standbys=st.sampled_from([0, 1, 2]), data=st.data())
 def test_lineage_stickiness_and_lags_follow_their_definitions(
@@ -81,6 +83,12 @@ def test_lineage_stickiness_and_lags_follow_their_definitions(
                 name = standby[0] if standby else copy
                 if data.draw(st.booleans(), label=f"{pid} reports {name}"):
                     reports[pid][name] = data.draw(lag_values)
+    elif reporting == "caught-up":  # every copy it held, within the acceptable lag
+        for pid, container in previous.containers.items():
+            for copy in container.tasks:
+                standby = parse_standby_task_name(copy)
+                reports[pid][standby[0] if standby else copy] = data.draw(
+                    st.sampled_from([-5, 0, 7, ACCEPTABLE]), label=f"{pid} lag")
     elif reporting == "exclusive":  # each task reported by at most one processor
         # two reporters at most, so a merged task's children often share one
         reporter = data.draw(st.lists(st.sampled_from([None, "p0", "p1"]),
@@ -123,3 +131,24 @@ def test_a_merged_task_is_as_far_behind_as_its_furthest_child() -> None:
     lags = {t.name: world.lag_of[u] for u, t in enumerate(world.tasks)}
     assert lags == {"Partition 0_0_2": {0: 50_000}, "Partition 0_1_2": {0: 0},
                     "Partition 1_0_2": {0: 50_000}, "Partition 1_1_2": {0: 0}}
+
+
+def test_a_processor_is_caught_up_only_on_the_tasks_it_reported() -> None:
+    # The faster path takes a processor as caught up on every task it ran when it reported
+    # all of them within the acceptable lag. One unreported task, or one beyond it, and
+    # each task's lag is read from its report again.
+    previous = generate_job_model(1, INPUTS, GroupByPartition(), 4, PROCS,
+                                  stateful=True).job_model
+    held = sorted(previous.containers["p0"].tasks)
+    assert len(held) == 2
+    tasks = list(previous.active_tasks().values())
+    cases = [
+        ({held[0]: 0}, {held[0]: {0: 0}, held[1]: {}}),
+        ({held[0]: 7, held[1]: -5}, {held[0]: {0: 0}, held[1]: {0: 0}}),
+        ({held[0]: 7, held[1]: ACCEPTABLE + 1},
+         {held[0]: {0: 0}, held[1]: {0: ACCEPTABLE + 1}}),
+    ]
+    for report, want in cases:
+        world = World(tasks, PROCS, previous, {}, {"p0": report}, True, AssignmentParams(), 4)
+        lags = {t.name: world.lag_of[u] for u, t in enumerate(world.tasks) if t.name in held}
+        assert lags == want, report
