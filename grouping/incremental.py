@@ -82,13 +82,13 @@ class JobModelGenerator:
     def __init__(self, keep: int = 2, max_change_share: float = 0.25) -> None:
         self._keep = keep
         self._max_change_share = max_change_share
-        self._indexes: OrderedDict[int, tuple[JobModel, _Index]] = OrderedDict()
+        self._indexes: OrderedDict[int, tuple[JobModel, _Index | _Unindexed]] = OrderedDict()
         # processor id -> (its lag report, a container) known to name only that
         # container's tasks: reports and containers are immutable, and steady ones keep
         # their identity (unchanged containers are shared between versions, an unchanged
         # report is kept by the membership), so a change re-checks only what changed
         self._own_reports: dict[str, tuple[Mapping[str, int], ContainerModel]] = {}
-        self._retired: list[tuple[int, tuple[JobModel, _Index]]] = []
+        self._retired: list[tuple[int, tuple[JobModel, _Index | _Unindexed]]] = []
         self.last_path = ""
 
     def generate(
@@ -133,8 +133,9 @@ class JobModelGenerator:
                 task_locality, task_lags, stateful, params, max_elasticity_factor,
                 extra_config)
             if trace is not None and not isinstance(grouper, AllSspToSingleTask):
-                self._remember(generated.job_model,
-                               _index_from(trace, generated, inputs, settings, processors))
+                # indexed on first need: by index_lineage once the model is published, or
+                # at the next change (17 ms for 100k tasks, not on the way to publication)
+                self._remember(generated.job_model, _Unindexed(trace, inputs, settings))
             self.last_path = "full"
             return generated
 
@@ -143,9 +144,13 @@ class JobModelGenerator:
         the generation that will follow it. A full generation (a factor change, standby
         copies) reads it from its previous model; the leader builds it once the model is
         published, while the processors take it up, instead of at the trigger of the next
-        change (100k tasks: 60 ms; 200k, with one standby each: 160 ms). The indexes the
-        last generation let go are freed here too."""
+        change (100k tasks: 60 ms; 200k, with one standby each: 160 ms). A model made by
+        the full computation gets its index for an incremental next step here too, and the
+        indexes the last generation let go are freed."""
         self._retired = []
+        found = self._indexes.get(id(model))
+        if found is not None and found[0] is model and isinstance(found[1], _Unindexed):
+            self._indexes[id(model)] = (model, found[1].index(model))
         PreviousAssignment.of(model)
 
     def _index_of(self, previous: JobModel | None, inputs: list[SystemStreamPartition],
@@ -156,6 +161,9 @@ class JobModelGenerator:
         if found is None or found[0] is not previous:
             return None
         index = found[1]
+        if isinstance(index, _Unindexed):
+            index = index.index(previous)
+            self._indexes[id(previous)] = (previous, index)
         if not index.clean or index.settings != settings:
             return None
         if index.inputs is not inputs and index.inputs != inputs:
@@ -163,7 +171,7 @@ class JobModelGenerator:
         self._indexes.move_to_end(id(previous))
         return index
 
-    def _remember(self, model: JobModel, index: _Index) -> None:
+    def _remember(self, model: JobModel, index: _Index | _Unindexed) -> None:
         self._indexes[id(model)] = (model, index)
         retired = []
         while len(self._indexes) > self._keep:
@@ -175,9 +183,20 @@ class JobModelGenerator:
             self._retired = retired
 
 
-def _index_from(trace: AssignmentTrace, generated: GeneratedJobModel,
-                inputs: list[SystemStreamPartition], settings: tuple[object, ...],
-                processors: Mapping[str, str]) -> _Index:
+@dataclass(frozen=True, slots=True)
+class _Unindexed:
+    """A model made by the full computation, with what indexing it takes."""
+
+    trace: AssignmentTrace
+    inputs: list[SystemStreamPartition]
+    settings: tuple[object, ...]
+
+    def index(self, model: JobModel) -> _Index:
+        return _index_from(self.trace, model, self.inputs, self.settings)
+
+
+def _index_from(trace: AssignmentTrace, model: JobModel,
+                inputs: list[SystemStreamPartition], settings: tuple[object, ...]) -> _Index:
     """Index a model made by the full computation (one pass over its tasks)."""
     tasks, pids = trace.tasks, trace.pids
     owner = [pids[j] for j in trace.active]
@@ -196,11 +215,11 @@ def _index_from(trace: AssignmentTrace, generated: GeneratedJobModel,
         stateful_on = dict.fromkeys(on_proc, 0)
     else:
         stateful_on = {pid: sum(is_stateful[u] for u in us) for pid, us in on_proc.items()}
-    clean = all(len(c.tasks) == len(on_proc[pid])
-                for pid, c in generated.job_model.containers.items())
+    containers = model.containers
+    clean = all(len(c.tasks) == len(on_proc[pid]) for pid, c in containers.items())
     return _Index(inputs, settings, tasks, [t.name for t in tasks], trace.group, members,
                   is_stateful, n_stateful, owner, on_proc, stateful_on,
-                  {pid: processors[pid] for pid in pids}, clean)
+                  {pid: containers[pid].location_id for pid in pids}, clean)
 
 
 class _Step:

@@ -116,6 +116,8 @@ def test_incremental_generation_equals_full_generation(s: dict[str, Any], data: 
             assert generator.last_path == "incremental"
         previous = incremental.job_model
         last_lags = lags
+        if draw(st.booleans(), label="indexed once published"):
+            generator.index_lineage(previous)  # as the leader, before the next change
 
 
 def balanced_start(n_procs: int = 40, partitions: int = 50, factor: int = 4,
