@@ -151,7 +151,9 @@ class JobModelGenerator:
         found = self._indexes.get(id(model))
         if found is not None and found[0] is model and isinstance(found[1], _Unindexed):
             self._indexes[id(model)] = (model, found[1].index(model))
-        PreviousAssignment.of(model)
+        index = PreviousAssignment.of(model)
+        if index.has_copies:
+            index.held  # noqa: B018 -- built now: who held which copies, read by the lag pass
 
     def _index_of(self, previous: JobModel | None, inputs: list[SystemStreamPartition],
                   settings: tuple[object, ...], grouper: SspGrouper) -> _Index | None:

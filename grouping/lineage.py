@@ -12,6 +12,7 @@ follow this lineage, so a split child prefers its parent's processor.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 from typing import NamedTuple
 
 from grouping.model import ContainerModel, JobModel, TaskMode, TaskModel
@@ -45,8 +46,8 @@ class PreviousAssignment:
     which a rebalance that keeps its partition groups never needs.
     """
 
-    __slots__ = ("_containers", "_owner", "_standby_holders", "_tasks", "by_group",
-                 "changelog_by_group", "factor")
+    __slots__ = ("_containers", "_held", "_owner", "_standby_holders", "_tasks", "by_group",
+                 "changelog_by_group", "factor", "has_copies")
 
     def __init__(
         self,
@@ -54,8 +55,11 @@ class PreviousAssignment:
         by_group: Mapping[PartitionGroup, GroupHistory] | None = None,
         changelog_by_group: Mapping[PartitionGroup, int] | None = None,
         containers: Mapping[str, ContainerModel] | None = None,
+        has_copies: bool = False,
     ) -> None:
         self.factor = factor
+        #: whether the model holds standby (or warm-up) copies
+        self.has_copies = has_copies
         #: partition group -> its previous tasks and the processors holding copies of them
         self.by_group: Mapping[PartitionGroup, GroupHistory] = by_group or {}
         #: partition group -> the (smallest) changelog partition its tasks used
@@ -64,6 +68,7 @@ class PreviousAssignment:
         self._owner: dict[str, str] | None = None
         self._tasks: dict[str, TaskModel] | None = None
         self._standby_holders: dict[str, tuple[str, ...]] | None = None
+        self._held: dict[str, frozenset[str]] | None = None
 
     @staticmethod
     def of(previous: JobModel | None) -> PreviousAssignment:
@@ -100,6 +105,30 @@ class PreviousAssignment:
             self._standby_holders = {name: tuple(sorted(pids))
                                      for name, pids in holders.items()}
         return self._standby_holders
+
+    @property
+    def held(self) -> Mapping[str, frozenset[str]]:
+        """Processor id -> the active task names it held a copy of, active or standby
+        (built on first use; the leader builds it once a model with copies is published)."""
+        if self._held is None:
+            name_of, by_group = attrgetter("name"), self.by_group
+            held: dict[str, frozenset[str]] = {}
+            for pid, container in self._containers.items():
+                names = list(map(name_of, container.active_tasks))
+                for copy in container.standby_tasks:
+                    # a copy's active is its group's task of the same key bucket (where
+                    # the group histories, which lineage follows, count it as a holder)
+                    bucket = copy.key_bucket if copy.key_bucket > 0 else 0
+                    twin = by_group.get(copy.partition_group, NO_HISTORY).tasks.get(bucket)
+                    if twin is not None:
+                        names.append(twin.name)
+                    else:  # a group without history (shared SSPs): by its name
+                        parsed = parse_standby_task_name(copy.name)
+                        if parsed is not None:
+                            names.append(parsed[0])
+                held[pid] = frozenset(names)
+            self._held = held
+        return self._held
 
     @property
     def tasks(self) -> Mapping[str, TaskModel]:
@@ -164,7 +193,7 @@ def _index(previous: JobModel) -> PreviousAssignment:
     tasks: dict[int, TaskModel] = {}
     owners: dict[int, str] = {}
     standbys: dict[int, list[str]] = {}
-    actives = 0
+    actives = copies = 0
     for pid, container in previous.containers.items():
         last_group: object = None
         for task in container.tasks.values():
@@ -184,13 +213,15 @@ def _index(previous: JobModel) -> PreviousAssignment:
                 actives += 1
             else:  # a standby or warm-up copy: same SSPs, so same group and bucket
                 standbys.setdefault(bucket, []).append(pid)
+                copies += 1
     if actives != sum(len(history.tasks) for history in by_group.values()):
         _drop_shared_groups(previous, by_group)
     factor = previous.config.get("elasticityFactor")
     if factor is None:
         factor = elasticity_factor_of(
             t for c in previous.containers.values() for t in c.active_tasks)
-    return PreviousAssignment(int(factor), by_group, changelog, previous.containers)
+    return PreviousAssignment(int(factor), by_group, changelog, previous.containers,
+                              copies > 0)
 
 
 def _drop_shared_groups(previous: JobModel,

@@ -58,6 +58,9 @@ class World:
         self.factor = factor
         self.histories: list[GroupHistory] = []
         self._overlapping: dict[int, tuple[int, ...]] = {}  # key bucket -> previous buckets
+        # task -> the processors holding copies of its lineage (owners, standby holders),
+        # when the lag pass found them
+        self._holders: dict[int, tuple[list[str], list[str]]] = {}
         self.any_locality = bool(task_locality)  # else every task's is None
         # per task: partition group, lineage, sticky processor, last location
         self.group: list[int] = []
@@ -71,7 +74,11 @@ class World:
         if not any_stateful:
             self.lag_of, self.good = [{}] * self.n, [None] * self.n
         elif own is None:
-            self.lag_of, self.good = self._lags(task_lags, params.acceptable_recovery_lag)
+            held = _held_reports(task_lags, self.pid_index, prev,
+                                 params.acceptable_recovery_lag) if prev.has_copies else None
+            found = self._held_lags(held) if held is not None else None
+            self.lag_of, self.good = found or self._lags(task_lags,
+                                                         params.acceptable_recovery_lag)
 
     def _no_history(self, task_locality: Mapping[str, str],
                     own_reports: OwnReports | None) -> None:
@@ -225,6 +232,9 @@ class World:
         """The processors that held a copy of u's lineage in the previous model: the
         active owners, and the standby (or warm-up) holders; read from u's group history,
         or by task name when its group is new."""
+        found = self._holders.get(u)
+        if found is not None:  # found by the lag pass already
+            return found
         history = self.histories[self.group[u]]
         owners, standbys = history.owners, history.standbys
         owner_pids: list[str] = []
@@ -245,6 +255,89 @@ class World:
         names = [name for name in self.lineage[u] if name in by_name]
         return ([by_name[name] for name in names],
                 [pid for name in names for pid in self.prev.standby_holders.get(name, ())])
+
+    def _held_lags(self, held: OwnReports
+                   ) -> tuple[list[Mapping[int, int]], list[tuple[int, ...] | None]] | None:
+        """:meth:`_lags` when every report names only tasks its processor held a copy of,
+        active or standby: a task's reporters are then among its lineage's copy holders,
+        found through the group histories (no index of the 400k reported names after the
+        factor halved with one standby each), and a caught-up processor's lags are known
+        without a look into its report. None when some stateful task has no lineage (its
+        own name's reports count: :meth:`_lags` reads them)."""
+        reports_of, caught_up = held
+        acceptable = self.params.acceptable_recovery_lag
+        alive, histories, group = self.pid_index, self.histories, self.group
+        overlapping_of, prev, factor = self._overlapping, self.prev, self.factor
+        empty: dict[int, int] = {}
+        at_zero: list[Mapping[int, int]] = [{j: 0} for j in range(self.m)]
+        alone = [(j,) for j in range(self.m)]
+        no_standbys: tuple[str, ...] = ()
+        lag_of: list[Mapping[int, int]] = []
+        good: list[tuple[int, ...] | None] = []
+        holders: dict[int, tuple[list[str], list[str]]] = {}
+        self._holders = holders
+        for u, (t, stateful, lin) in enumerate(zip(self.tasks, self.is_stateful, self.lineage,
+                                                   strict=True)):
+            if not stateful:
+                lag_of.append(empty)
+                good.append(None)
+                continue
+            if not lin:
+                self._holders = {}
+                return None
+            tasks, owners, standbys = histories[group[u]]
+            bucket = t.key_bucket
+            overlapping = overlapping_of.get(bucket)
+            if overlapping is None:  # the same few buckets for every group
+                overlapping = overlapping_of[bucket] = tuple(
+                    prev.overlapping_buckets(bucket, factor))
+            lags: dict[int, int] | None = None
+            owner_pids: list[str] = []
+            standby_pids: list[str] = []
+            for b in overlapping:  # _holder_lags, inlined (100k tasks, 200k children)
+                owner = owners.get(b)
+                if owner is None:
+                    continue
+                owner_pids.append(owner)
+                name = tasks[b].name
+                here: dict[int, int] = {}
+                j = alive.get(owner, -1)
+                if j >= 0:
+                    if caught_up[j]:
+                        here[j] = 0
+                    elif (lag := reports_of[j].get(name)) is not None:
+                        here[j] = lag if lag > acceptable else 0
+                for pid in standbys.get(b, no_standbys):
+                    standby_pids.append(pid)
+                    j = alive.get(pid, -1)
+                    if j < 0:
+                        continue
+                    if caught_up[j]:
+                        here[j] = 0
+                    elif (lag := reports_of[j].get(name)) is not None:
+                        here[j] = lag if lag > acceptable else 0
+                if lags is None:
+                    lags = here
+                elif lags:
+                    lags = {j: r if r > here[j] else here[j]
+                            for j, r in lags.items() if j in here}
+            if lags is None:  # lineage by name: a group the previous model did not have
+                for name in lin:
+                    lags = _holder_lags(name, prev.owner[name],
+                                        prev.standby_holders.get(name, no_standbys), lags,
+                                        alive, reports_of, caught_up, acceptable)
+                assert lags is not None
+            else:  # what copy_holders would find again for the standby placement
+                holders[u] = (owner_pids, standby_pids)
+            if len(lags) == 1:
+                ((j, rank),) = lags.items()
+                if rank == 0:  # one caught-up holder: shared entries
+                    lag_of.append(at_zero[j])
+                    good.append(alone[j])
+                    continue
+            lag_of.append(lags)
+            good.append(_good_among(lags))
+        return lag_of, good
 
     def _lags(self, task_lags: Mapping[str, Mapping[str, int]], acceptable: int
               ) -> tuple[list[Mapping[int, int]], list[tuple[int, ...] | None]]:
@@ -349,6 +442,60 @@ def _own_reports(
         # every task it held, reported (the names are a subset), all within acceptable
         caught_up[j] = len(report) == len(held) and max(report.values()) <= acceptable
     return OwnReports(reports_of, caught_up)
+
+
+def _held_reports(
+    task_lags: Mapping[str, Mapping[str, int]],
+    pid_index: Mapping[str, int],
+    prev: PreviousAssignment,
+    acceptable: int,
+) -> OwnReports | None:
+    """The reports when every one names only tasks its processor held a copy of in the
+    previous model (active or standby), with who is caught up on all of them; else None."""
+    reports_of: list[Mapping[str, int]] = [{}] * len(pid_index)
+    caught_up = [False] * len(pid_index)
+    held_by = prev.held
+    for pid, report in task_lags.items():
+        j = pid_index.get(pid)
+        if j is None or not report:
+            continue
+        held = held_by.get(pid)
+        if held is None or not report.keys() <= held:
+            return None
+        reports_of[j] = report
+        caught_up[j] = len(report) == len(held) and max(report.values()) <= acceptable
+    return OwnReports(reports_of, caught_up)
+
+
+def _holder_lags(name: str, owner: str, standbys: Sequence[str],
+                 known: dict[int, int] | None, alive: Mapping[str, int],
+                 reports_of: Sequence[Mapping[str, int]], caught_up: Sequence[bool],
+                 acceptable: int) -> dict[int, int]:
+    """The ranked lags of one previous task on its live copy holders that reported it;
+    merged into ``known`` (the lags of its merge siblings) when given: a merged task is
+    known only where every child was, as far behind as its furthest child."""
+    here: dict[int, int] = {}
+    j = alive.get(owner, -1)
+    if j >= 0:
+        if caught_up[j]:
+            here[j] = 0
+        else:
+            lag = reports_of[j].get(name)
+            if lag is not None:
+                here[j] = lag if lag > acceptable else 0
+    for pid in standbys:
+        j = alive.get(pid, -1)
+        if j < 0:
+            continue
+        if caught_up[j]:
+            here[j] = 0
+        else:
+            lag = reports_of[j].get(name)
+            if lag is not None:
+                here[j] = lag if lag > acceptable else 0
+    if known is None:
+        return here
+    return {j: rank if rank > here[j] else here[j] for j, rank in known.items() if j in here}
 
 
 def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:

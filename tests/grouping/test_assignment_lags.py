@@ -152,3 +152,36 @@ def test_a_processor_is_caught_up_only_on_the_tasks_it_reported() -> None:
         world = World(tasks, PROCS, previous, {}, {"p0": report}, True, AssignmentParams(), 4)
         lags = {t.name: world.lag_of[u] for u, t in enumerate(world.tasks) if t.name in held}
         assert lags == want, report
+
+
+@given(before=st.sampled_from([2, 4, 8]), shrink=st.sampled_from([1, 2, 4]),
+       standbys=st.sampled_from([1, 2]), lost=st.sampled_from([None, "p1", "p3"]),
+       everything=st.booleans(), data=st.data())
+def test_lags_read_from_the_copy_holders_follow_their_definition(
+    before: int, shrink: int, standbys: int, lost: str | None, everything: bool,
+    data: st.DataObject
+) -> None:
+    # Reports that name only copies their processor held, standbys among them, take the
+    # path that finds a task's reporters among its lineage's copy holders (after a merge
+    # too, where a holder of both children is known as far behind as the furthest).
+    previous = generate_job_model(1, INPUTS, GroupByPartition(), before, PROCS,
+                                  stateful=True,
+                                  params=AssignmentParams(num_standbys=standbys)).job_model
+    after = max(1, before // shrink)
+    new = generate_job_model(2, INPUTS, GroupByPartition(), after, PROCS, previous=previous,
+                             stateful=True).job_model
+    reports: dict[str, dict[str, int]] = {}
+    for pid, container in previous.containers.items():
+        report = reports[pid] = {}
+        for copy in container.tasks:
+            standby = parse_standby_task_name(copy)
+            if everything or data.draw(st.booleans(), label=f"{pid} reports {copy}"):
+                report[standby[0] if standby else copy] = data.draw(lag_values)
+    live = {pid: loc for pid, loc in PROCS.items() if pid != lost}
+    world = World(list(new.active_tasks().values()), live, previous, {}, reports, True,
+                  AssignmentParams(), after)
+    for u, task in enumerate(world.tasks):
+        want = expected_lags(previous, after, task.name, task.key_bucket,
+                             task.partition_group, reports, live)
+        assert world.lag_of[u] == want, task.name
+        assert world.good[u] == expected_good(want), task.name
