@@ -506,10 +506,6 @@ class Coordinator:
         async with self._lock:
             published = await self._publish(reason, previous, generated,
                                             time.perf_counter() - started)
-        if published is not None:
-            # the next full generation reads this model's lineage index: built now, while
-            # the processors take the new version up, not at the next change's trigger
-            self._schedule("index-model", 0.0, lambda: self._index_for_next(published))
         return published
 
     async def _index_for_next(self, model: JobModel) -> None:
@@ -668,6 +664,9 @@ class Coordinator:
         # ack that completes the barrier answers once they are stored
         self._locality_writes.write(locality, known)
         self._active = model
+        # the next full generation reads this model's lineage index: built now, not at the
+        # next change's trigger (nor beside the processors' fetches and acks, before)
+        self._schedule("index-model", 0.0, lambda: self._index_for_next(model))
         waited = (barrier.ended_at or barrier.started_at) - barrier.started_at
         self._observer.barrier_ended(barrier.state.value, waited)
         log.info("barrier of version %d done", barrier.version,

@@ -61,7 +61,7 @@ def test_generation_and_preparation_run_inside_the_scope(tmp_path: Path) -> None
             i += 2
 
 
-async def _indexed_after_publication(tmp_path: Path) -> tuple[bool, bool, list[str]]:
+async def _indexed_after_the_barrier(tmp_path: Path) -> tuple[bool, bool, list[str]]:
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     upgrade(engine)
     events: list[str] = []
@@ -81,20 +81,25 @@ async def _indexed_after_publication(tmp_path: Path) -> tuple[bool, bool, list[s
         await coordinator.register("p1", "h1", None)
         model = await rebalanced(coordinator)
         at_publication = PreviousAssignment.indexed(model)
+        await asyncio.sleep(0.1)
+        before_barrier = PreviousAssignment.indexed(model)
+        await coordinator.ack(model.version, "p1")  # the barrier is done
         deadline = asyncio.get_running_loop().time() + 10
         while not PreviousAssignment.indexed(model) \
                 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
-        return at_publication, PreviousAssignment.indexed(model), events
+        return (at_publication or before_barrier, PreviousAssignment.indexed(model),
+                events)
     finally:
         await coordinator.stop()
 
 
-def test_a_published_model_is_indexed_for_the_next_generation_inside_the_scope(
+def test_a_model_is_indexed_for_the_next_generation_once_its_barrier_is_done(
         tmp_path: Path) -> None:
     # The next full generation (a factor change, standbys) reads the published model's
-    # lineage index; the leader builds it after publication, not at the next trigger.
-    at_publication, later, events = asyncio.run(_indexed_after_publication(tmp_path))
-    assert not at_publication  # not on the way to publication
+    # lineage index; the leader builds it once the barrier is done (not on the way to
+    # publication, nor beside the processors' fetches and acks), not at the next trigger.
+    early, later, events = asyncio.run(_indexed_after_the_barrier(tmp_path))
+    assert not early
     assert later
     assert events.count("enter") == events.count("exit") >= 2  # generation, then index
