@@ -61,6 +61,9 @@ from grouping.model import JobModel, SystemStreamPartition
 from grouping.shards import Shard
 
 log = logging.getLogger("coxswain.coordinator")
+#: seconds after a barrier ends before the leader indexes the model for the next change,
+#: unless another version came meanwhile (changes in a row need not wait for it)
+INDEX_WHEN_IDLE_S = 2.0
 T = TypeVar("T")
 
 
@@ -510,8 +513,8 @@ class Coordinator:
 
     async def _index_for_next(self, model: JobModel) -> None:
         async with self._generation:  # after any generation under way, never beside one
-            if model is not self._latest:
-                return  # superseded: the next generation starts from a newer model
+            if model is not self._latest or self._pending_reasons:
+                return  # superseded, or a change is coming: it indexes what it needs
 
             def index() -> None:
                 with self._generation_scope():
@@ -664,9 +667,10 @@ class Coordinator:
         # ack that completes the barrier answers once they are stored
         self._locality_writes.write(locality, known)
         self._active = model
-        # the next full generation reads this model's lineage index: built now, not at the
-        # next change's trigger (nor beside the processors' fetches and acks, before)
-        self._schedule("index-model", 0.0, lambda: self._index_for_next(model))
+        # the next full generation reads this model's lineage index: built once the leader
+        # has been idle a while, not at the next change's trigger (nor beside the fetches
+        # and acks of this version, or of a next one that follows at once)
+        self._schedule("index-model", INDEX_WHEN_IDLE_S, lambda: self._index_for_next(model))
         waited = (barrier.ended_at or barrier.started_at) - barrier.started_at
         self._observer.barrier_ended(barrier.state.value, waited)
         log.info("barrier of version %d done", barrier.version,

@@ -97,8 +97,9 @@ async def _indexed_after_the_barrier(tmp_path: Path) -> tuple[bool, bool, list[s
 def test_a_model_is_indexed_for_the_next_generation_once_its_barrier_is_done(
         tmp_path: Path) -> None:
     # The next full generation (a factor change, standbys) reads the published model's
-    # lineage index; the leader builds it once the barrier is done (not on the way to
-    # publication, nor beside the processors' fetches and acks), not at the next trigger.
+    # lineage index; the leader builds it once the barrier is done and it was idle a
+    # while (not on the way to publication, nor beside the processors' fetches and acks),
+    # not at the next trigger.
     early, later, events = asyncio.run(_indexed_after_the_barrier(tmp_path))
     assert not early
     assert later
