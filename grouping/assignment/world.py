@@ -299,13 +299,14 @@ class World:
                 if owner is None:
                     continue
                 owner_pids.append(owner)
-                name = tasks[b].name
                 here: dict[int, int] = {}
+                # the child's name only for a holder not caught up on everything: reading
+                # it from 200k previous tasks spread over the heap costs more than the rest
                 j = alive.get(owner, -1)
                 if j >= 0:
                     if caught_up[j]:
                         here[j] = 0
-                    elif (lag := reports_of[j].get(name)) is not None:
+                    elif (lag := reports_of[j].get(tasks[b].name)) is not None:
                         here[j] = lag if lag > acceptable else 0
                 for pid in standbys.get(b, no_standbys):
                     standby_pids.append(pid)
@@ -314,7 +315,7 @@ class World:
                         continue
                     if caught_up[j]:
                         here[j] = 0
-                    elif (lag := reports_of[j].get(name)) is not None:
+                    elif (lag := reports_of[j].get(tasks[b].name)) is not None:
                         here[j] = lag if lag > acceptable else 0
                 if lags is None:
                     lags = here
