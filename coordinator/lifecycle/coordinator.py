@@ -513,8 +513,8 @@ class Coordinator:
 
     async def _index_for_next(self, model: JobModel) -> None:
         async with self._generation:  # after any generation under way, never beside one
-            if model is not self._latest or self._pending_reasons:
-                return  # superseded, or a change is coming: it indexes what it needs
+            if model is not self._latest:
+                return  # superseded: the next generation starts from a newer model
 
             def index() -> None:
                 with self._generation_scope():

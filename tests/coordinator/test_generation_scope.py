@@ -18,10 +18,10 @@ from service.database import make_engine, upgrade
 from tests.coordinator.rebalanced import rebalanced
 
 
-async def _scenario(tmp_path: Path) -> tuple[list[str], int]:
+def _recording_coordinator(tmp_path: Path, events: list[str]) -> Coordinator:
+    """A leader on SQLite whose generation scope and preparation record what they see."""
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     upgrade(engine)
-    events: list[str] = []
 
     @contextmanager
     def scope() -> Iterator[None]:
@@ -34,8 +34,13 @@ async def _scenario(tmp_path: Path) -> tuple[list[str], int]:
 
     config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
                                debounce_s=60)
-    coordinator = Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"),
-                              SystemClock(), prepare=prepare, generation_scope=scope)
+    return Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"),
+                       SystemClock(), prepare=prepare, generation_scope=scope)
+
+
+async def _scenario(tmp_path: Path) -> tuple[list[str], int]:
+    events: list[str] = []
+    coordinator = _recording_coordinator(tmp_path, events)
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
@@ -62,20 +67,8 @@ def test_generation_and_preparation_run_inside_the_scope(tmp_path: Path) -> None
 
 
 async def _indexed_after_the_barrier(tmp_path: Path) -> tuple[bool, bool, list[str]]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
-    upgrade(engine)
     events: list[str] = []
-
-    @contextmanager
-    def scope() -> Iterator[None]:
-        events.append("enter")
-        yield
-        events.append("exit")
-
-    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
-                               debounce_s=60)
-    coordinator = Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"),
-                              SystemClock(), generation_scope=scope)
+    coordinator = _recording_coordinator(tmp_path, events)
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
@@ -103,4 +96,6 @@ def test_a_model_is_indexed_for_the_next_generation_once_its_barrier_is_done(
     early, later, events = asyncio.run(_indexed_after_the_barrier(tmp_path))
     assert not early
     assert later
-    assert events.count("enter") == events.count("exit") >= 2  # generation, then index
+    # a generation (entered, prepared, left), then the index (entered and left)
+    assert events.count("enter") == events.count("exit") > sum(
+        e.startswith("prepare ") for e in events) >= 1
