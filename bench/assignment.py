@@ -16,9 +16,10 @@ Each change is generated as the leader does it: by a :class:`JobModelGenerator` 
 generated the starting model and kept its indexes, incremental where the change allows
 (column "path"); "full ms" times the full computation (``generate_job_model`` from a fresh
 copy of the previous model, whose lineage it indexes first) for the same change. A row
-"initial" generates from scratch. The leader indexes a model's lineage once it is published
-(``JobModelGenerator.index_lineage``), off the way to the next publication; the bench does it
-after generating the starting model and after each timed run, outside the clock.
+"initial" generates from scratch. The leader indexes a model's lineage once its barrier is
+done and it has been idle a while (``JobModelGenerator.index_lineage``), off the way to the
+next publication; the bench does it after generating the starting model and after each
+timed run, outside the clock.
 
 Run: python -m bench.assignment [--quick] [--runs N] [--tasks N...] [--procs N...]
      [--standbys N] [--leader-heap]
@@ -116,7 +117,7 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
         generator = JobModelGenerator()
         base = generator.generate(1, ssps, GROUPER, factor_before, procs, stateful=stateful,
                                   params=params).job_model
-        generator.index_lineage(base)  # as the leader does once it published ``base``
+        generator.index_lineage(base)  # as the leader does between changes
         lags = lags_of(base) if stateful else None
 
         def run(base: JobModel = base, live: dict[str, str] = live,

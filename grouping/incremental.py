@@ -142,8 +142,8 @@ class JobModelGenerator:
     def index_lineage(self, model: JobModel) -> None:
         """Index ``model``'s lineage (its tasks and copy holders by partition group) for
         the generation that will follow it. A full generation (a factor change, standby
-        copies) reads it from its previous model; the leader builds it once the model is
-        published, while the processors take it up, instead of at the trigger of the next
+        copies) reads it from its previous model; the leader builds it once the model's
+        barrier is done and it has been idle a while, instead of at the trigger of the next
         change (100k tasks: 60 ms; 200k, with one standby each: 160 ms). A model made by
         the full computation gets its index for an incremental next step here too, and the
         indexes the last generation let go are freed."""
@@ -179,7 +179,7 @@ class JobModelGenerator:
         while len(self._indexes) > self._keep:
             retired.append(self._indexes.popitem(last=False))
         if retired:
-            # freed by index_lineage, once the new model is published: freeing an old
+            # freed by index_lineage, off the way to publication: freeing an old
             # index (and its model when nothing else holds it: 100k tasks, 15-25 ms) is
             # not part of making the new one
             self._retired = retired

@@ -109,7 +109,8 @@ class PreviousAssignment:
     @property
     def held(self) -> Mapping[str, frozenset[str]]:
         """Processor id -> the active task names it held a copy of, active or standby
-        (built on first use; the leader builds it once a model with copies is published)."""
+        (built on first use; JobModelGenerator.index_lineage builds it ahead for a model
+        with copies)."""
         if self._held is None:
             name_of, by_group = attrgetter("name"), self.by_group
             held: dict[str, frozenset[str]] = {}

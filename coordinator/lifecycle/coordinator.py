@@ -507,9 +507,8 @@ class Coordinator:
 
         generated = await asyncio.to_thread(generate)
         async with self._lock:
-            published = await self._publish(reason, previous, generated,
-                                            time.perf_counter() - started)
-        return published
+            return await self._publish(reason, previous, generated,
+                                       time.perf_counter() - started)
 
     async def _index_for_next(self, model: JobModel) -> None:
         async with self._generation:  # after any generation under way, never beside one

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import islice
 from operator import attrgetter, eq
@@ -319,11 +319,7 @@ class World:
                         here[j] = 0
                     elif (lag := reports_of[j].get(tasks[b].name)) is not None:
                         here[j] = lag if lag > acceptable else 0
-                if lags is None:
-                    lags = here
-                elif lags:
-                    lags = {j: r if r > here[j] else here[j]
-                            for j, r in lags.items() if j in here}
+                lags = here if lags is None else _merged_pair(lags, here)
             if lags is None:  # lineage by name: a group the previous model did not have
                 for name in lin:
                     lags = _holder_lags(name, prev.owner[name],
@@ -428,23 +424,13 @@ def _own_reports(
     """The reports when every one names only tasks its processor ran in ``previous`` (no
     standbys, the usual case): then a task's one possible reporter is its previous owner.
     None otherwise."""
-    reports_of: list[Mapping[str, int]] = [{}] * len(pid_index)
-    caught_up = [False] * len(pid_index)
     containers = previous.containers if previous is not None else {}
-    for pid, report in task_lags.items():
-        j = pid_index.get(pid)
-        if j is None or not report:
-            continue
+
+    def ran(pid: str) -> AbstractSet[str] | None:
         container = containers.get(pid)
-        if container is None:
-            return None
-        held = container.tasks.keys()
-        if not report.keys() <= held:
-            return None
-        reports_of[j] = report
-        # every task it held, reported (the names are a subset), all within acceptable
-        caught_up[j] = len(report) == len(held) and max(report.values()) <= acceptable
-    return OwnReports(reports_of, caught_up)
+        return None if container is None else container.tasks.keys()
+
+    return _reports_within(task_lags, pid_index, ran, acceptable)
 
 
 def _held_reports(
@@ -455,18 +441,29 @@ def _held_reports(
 ) -> OwnReports | None:
     """The reports when every one names only tasks its processor held a copy of in the
     previous model (active or standby), with who is caught up on all of them; else None."""
+    return _reports_within(task_lags, pid_index, prev.held.get, acceptable)
+
+
+def _reports_within(
+    task_lags: Mapping[str, Mapping[str, int]],
+    pid_index: Mapping[str, int],
+    names_of: Callable[[str], AbstractSet[str] | None],
+    acceptable: int,
+) -> OwnReports | None:
+    """The live processors' reports when each names only tasks in ``names_of`` its
+    processor, and whether it reported all of them within ``acceptable``; else None."""
     reports_of: list[Mapping[str, int]] = [{}] * len(pid_index)
     caught_up = [False] * len(pid_index)
-    held_by = prev.held
     for pid, report in task_lags.items():
         j = pid_index.get(pid)
         if j is None or not report:
             continue
-        held = held_by.get(pid)
-        if held is None or not report.keys() <= held:
+        names = names_of(pid)
+        if names is None or not report.keys() <= names:
             return None
         reports_of[j] = report
-        caught_up[j] = len(report) == len(held) and max(report.values()) <= acceptable
+        # every name reported (the report's are a subset), all within acceptable
+        caught_up[j] = len(report) == len(names) and max(report.values()) <= acceptable
     return OwnReports(reports_of, caught_up)
 
 
@@ -486,9 +483,7 @@ def _holder_lags(name: str, owner: str, standbys: Sequence[str],
             here[j] = 0
         elif (lag := reports_of[j].get(name)) is not None:
             here[j] = lag if lag > acceptable else 0
-    if known is None:
-        return here
-    return {j: rank if rank > here[j] else here[j] for j, rank in known.items() if j in here}
+    return here if known is None else _merged_pair(known, here)
 
 
 def _merged_lags(children: list[dict[int, int] | None]) -> dict[int, int]:

@@ -38,35 +38,9 @@ def _recording_coordinator(tmp_path: Path, events: list[str]) -> Coordinator:
                        SystemClock(), prepare=prepare, generation_scope=scope)
 
 
-async def _scenario(tmp_path: Path) -> tuple[list[str], int]:
-    events: list[str] = []
-    coordinator = _recording_coordinator(tmp_path, events)
-    await coordinator.start()
-    try:
-        await coordinator.register("p1", "h1", None)
-        model = await rebalanced(coordinator)
-        return events, model.version
-    finally:
-        await coordinator.stop()
-
-
-def test_generation_and_preparation_run_inside_the_scope(tmp_path: Path) -> None:
-    events, version = asyncio.run(_scenario(tmp_path))
-    assert f"prepare {version}" in events
-    # every generation: entered, prepared, left; none outside the scope (a published
-    # model's lineage index is built in the scope too: entered and left, no preparation)
-    i = 0
-    while i < len(events):
-        assert events[i] == "enter"
-        if events[i + 1].startswith("prepare "):
-            assert events[i + 2] == "exit"
-            i += 3
-        else:
-            assert events[i + 1] == "exit"
-            i += 2
-
-
-async def _indexed_after_the_barrier(tmp_path: Path) -> tuple[bool, bool, list[str]]:
+async def _scenario(tmp_path: Path) -> tuple[list[str], int, bool, bool]:
+    """One processor, one model, its barrier done: what the scope saw, the model's
+    version, and whether its lineage was indexed before the barrier ended and after."""
     events: list[str] = []
     coordinator = _recording_coordinator(tmp_path, events)
     await coordinator.start()
@@ -81,10 +55,26 @@ async def _indexed_after_the_barrier(tmp_path: Path) -> tuple[bool, bool, list[s
         while not PreviousAssignment.indexed(model) \
                 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
-        return (at_publication or before_barrier, PreviousAssignment.indexed(model),
-                events)
+        return (events, model.version, at_publication or before_barrier,
+                PreviousAssignment.indexed(model))
     finally:
         await coordinator.stop()
+
+
+def test_generation_and_preparation_run_inside_the_scope(tmp_path: Path) -> None:
+    events, version, _, _ = asyncio.run(_scenario(tmp_path))
+    assert f"prepare {version}" in events
+    # every generation: entered, prepared, left; none outside the scope (a model's
+    # lineage index is built in the scope too: entered and left, no preparation)
+    i = 0
+    while i < len(events):
+        assert events[i] == "enter"
+        if events[i + 1].startswith("prepare "):
+            assert events[i + 2] == "exit"
+            i += 3
+        else:
+            assert events[i + 1] == "exit"
+            i += 2
 
 
 def test_a_model_is_indexed_for_the_next_generation_once_its_barrier_is_done(
@@ -93,7 +83,7 @@ def test_a_model_is_indexed_for_the_next_generation_once_its_barrier_is_done(
     # lineage index; the leader builds it once the barrier is done and it was idle a
     # while (not on the way to publication, nor beside the processors' fetches and acks),
     # not at the next trigger.
-    early, later, events = asyncio.run(_indexed_after_the_barrier(tmp_path))
+    events, _, early, later = asyncio.run(_scenario(tmp_path))
     assert not early
     assert later
     # a generation (entered, prepared, left), then the index (entered and left)
