@@ -101,9 +101,13 @@ def generate_traced(
     params: AssignmentParams | None,
     max_elasticity_factor: int,
     extra_config: Mapping[str, Any] | None,
+    leftovers: list[object] | None = None,
 ) -> tuple[GeneratedJobModel, AssignmentTrace | None]:
     """:func:`generate_job_model` (without pausing the collector), and the assignment's
-    trace (None when the grouper places tasks itself or no processor is live)."""
+    trace (None when the grouper places tasks itself or no processor is live). With
+    ``leftovers``, the large intermediates (grouper specs, the assignment's indexed
+    inputs) go there instead of being freed, for the caller to free off the way to
+    publication."""
     inputs = list(inputs)
     tasks = _same_tasks(previous, inputs, grouper, elasticity_factor) if previous else None
     if tasks is None:
@@ -112,6 +116,7 @@ def generate_traced(
             processor_ids=sorted(processors),
             previous=previous,
             max_elasticity_factor=max_elasticity_factor,
+            leftovers=leftovers,
         )
     stateful_names: bool | AbstractSet[str] = (
         stateful if isinstance(stateful, bool) else stateful & {t.name for t in tasks})
@@ -133,6 +138,7 @@ def generate_traced(
             stateful=stateful_names,
             params=params,
             elasticity_factor=elasticity_factor,
+            leftovers=leftovers,
         )
     return (GeneratedJobModel(JobModel.of(version, config, result.containers.values()), result),
             trace)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grouping.generation import generate_job_model
-from grouping.groupers import AllSspToSingleTask, GroupByPartition
+from grouping.generation import generate_job_model, generate_traced
+from grouping.groupers import AllSspToSingleTask, GroupByPartition, GroupSpec
 from grouping.lineage import PreviousAssignment
 from grouping.measures import balance, moved_tasks
 from grouping.model import SSP
@@ -57,3 +57,25 @@ def test_partition_expansion_keeps_old_tasks_in_place() -> None:
     old_owner = first.active_owner()
     new_owner = second.active_owner()
     assert all(new_owner[name] == pid for name, pid in old_owner.items())
+
+
+def test_leftovers_hold_the_intermediates_and_change_nothing() -> None:
+    """A caller that frees the intermediates later (the leader's generator) gets the same
+    model; the grouper's specs and the assignment's indexed inputs are handed to it."""
+    ssps = [SSP("kafka", "events", p) for p in range(6)]
+    procs = {"p1": "h1", "p2": "h2", "p3": "h3"}
+    before = generate_job_model(1, ssps, GroupByPartition(), 4, procs, stateful=True)
+    for stateful in (True, False, {"Partition 0_0_2", "Partition 3_1_2"}):
+        leftovers: list[object] = []
+        kept, trace = generate_traced(2, ssps, GroupByPartition(), 2, procs, before.job_model,
+                                      None, None, stateful, None, 64, None, leftovers)
+        plain = generate_job_model(2, ssps, GroupByPartition(), 2, procs,
+                                   previous=before.job_model, stateful=stateful,
+                                   max_elasticity_factor=64)
+        assert kept.job_model == plain.job_model
+        assert trace is not None
+        kinds = {type(x).__name__ for x in leftovers}
+        assert {"list", "World", "Placer"} <= kinds
+        specs = next(x for x in leftovers if isinstance(x, list) and x
+                     and isinstance(x[0], GroupSpec))
+        assert len(specs) == 6
