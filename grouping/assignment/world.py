@@ -8,6 +8,7 @@ from itertools import islice
 from operator import attrgetter, eq
 from typing import NamedTuple
 
+from grouping.assignment.ancestry import LastLocations, TaskLineage
 from grouping.assignment.params import UNKNOWN_LAG, AssignmentParams
 from grouping.errors import GroupingError
 from grouping.lineage import NO_HISTORY, GroupHistory, PreviousAssignment
@@ -15,6 +16,9 @@ from grouping.model import JobModel, TaskModel
 from grouping.task_names import elasticity_factor_of
 
 # Internal world: indices instead of names, for speed on 100k tasks.
+
+#: task u -> its last location (None: unknown), as a list or looked up on first read
+Locations = list[str | None] | LastLocations
 
 
 class World:
@@ -62,11 +66,12 @@ class World:
         # when the lag pass found them
         self._holders: dict[int, tuple[list[str], list[str]]] = {}
         self.any_locality = bool(task_locality)  # else every task's is None
-        # per task: partition group, lineage, sticky processor, last location
+        # per task: partition group, sticky processor; lineage and last location (read
+        # on demand after a previous model)
         self.group: list[int] = []
-        self.lineage: list[tuple[str, ...]] = []
         self.sticky: list[int] = []
-        self.locality: list[str | None] = []
+        self.lineage: TaskLineage
+        self.locality: Locations = []
         if previous is None:
             self._no_history(task_locality, own)
         else:
@@ -102,8 +107,7 @@ class World:
         n = self.n
         self.group = group
         self.histories = [NO_HISTORY] * len(group_ids)
-        no_lineage: tuple[str, ...] = ()
-        self.lineage = [no_lineage] * n
+        self.lineage = TaskLineage(self.tasks, group, self.histories, self.prev, self.factor)
         self.sticky = [-1] * n
         self.locality = [task_locality.get(name) for name in self.names] \
             if task_locality else [None] * n
@@ -117,13 +121,14 @@ class World:
         task_locality: Mapping[str, str],
         own_reports: OwnReports | None,
     ) -> None:
-        """Partition group, lineage, sticky processor and last location of every task;
-        with ``own_reports`` (every report names only tasks its processor ran before), the
-        lags of stateful tasks too, read from their predecessors' owners."""
+        """Partition group and sticky processor of every task; with ``own_reports`` (every
+        report names only tasks its processor ran before), the lags of stateful tasks too,
+        read from their predecessors' owners. Lineage names and last locations are read
+        on demand (:class:`TaskLineage`, :class:`LastLocations`): the owners of a task's
+        key buckets say where it descends from, without its predecessors' names."""
         group_ids: dict[object, int] = {}
         histories = self.histories
-        group, lineage, sticky = self.group, self.lineage, self.sticky
-        locality: list[str | None] = []
+        group, sticky = self.group, self.sticky
         lag_of, good = self.lag_of, self.good
         alive = self.pid_index
         prev_factor = prev.factor
@@ -135,11 +140,15 @@ class World:
         # shared read-only entries for the usual outcome, one processor caught up at lag 0
         alone = [(j,) for j in range(self.m)]
         at_zero: list[Mapping[int, int]] = [{j: 0} for j in range(self.m)]
+        lineage = TaskLineage(self.tasks, group, histories, prev, factor)
+        by_name = lineage.by_name
         before, owners, _ = NO_HISTORY
         last_group: object = None
         g = -1
         # One pass over every task (100k and more): the rules of PreviousAssignment.lineage
-        # and sticky_owner, inlined; a property test checks that they agree.
+        # and sticky_owner, inlined; a property test checks that they agree. A group
+        # history's tasks and owners have the same key buckets: the owners say which
+        # predecessors there are, and a predecessor's name is read only for a lag.
         for u, t in enumerate(self.tasks):
             pg = t.partition_group
             if pg is not last_group:  # tasks of one group come together, often one object
@@ -152,42 +161,47 @@ class World:
                 before, owners, _ = histories[g]
             group.append(g)
             bucket = t.key_bucket if t.key_bucket > 0 else 0
-            lin: tuple[str, ...] = ()
+            traced = True  # the group history holds u's lineage
             j = -1
-            lag: int | None = None  # the lag on j, when j reported all of lin
+            lag: int | None = None  # the lag on j, when j reported all of u's lineage
             if prev_factor <= factor:  # the same tasks, or a split: one predecessor
                 parent_bucket = bucket & (prev_factor - 1)
-                parent = before.get(parent_bucket)
-                if parent is not None:
-                    lin, j = (parent.name,), alive.get(owners[parent_bucket], -1)
+                owner = owners.get(parent_bucket)
+                if owner is None:
+                    traced = False
+                else:
+                    j = alive.get(owner, -1)
                     if j >= 0 and stateful[u]:
-                        lag = 0 if caught_up[j] else reports_of[j].get(parent.name)
+                        lag = 0 if caught_up[j] else reports_of[j].get(
+                            before[parent_bucket].name)
             elif halved:  # two children: most children, ties to the smaller processor
-                c1, c2 = before.get(bucket), before.get(bucket + factor)
-                if c1 is not None and c2 is not None:
-                    lin = (c1.name, c2.name)
-                    j1 = alive.get(owners[bucket], -1)
-                    j2 = alive.get(owners[bucket + factor], -1)
+                o1, o2 = owners.get(bucket), owners.get(bucket + factor)
+                if o1 is not None and o2 is not None:
+                    j1 = alive.get(o1, -1)
+                    j2 = alive.get(o2, -1)
                     if j1 == j2:
                         j = j1
                         if j >= 0 and stateful[u] and caught_up[j]:
                             lag = 0
                         elif j >= 0 and stateful[u]:
                             report = reports_of[j]
-                            l1, l2 = report.get(c1.name), report.get(c2.name)
+                            l1 = report.get(before[bucket].name)
+                            l2 = report.get(before[bucket + factor].name)
                             if l1 is not None and l2 is not None:
                                 lag = l1 if l1 > l2 else l2
                     else:
                         j = j2 if j1 < 0 else j1 if j2 < 0 else min(j1, j2)
-                elif c1 is not None or c2 is not None:
-                    child_bucket = bucket if c1 is not None else bucket + factor
-                    name = before[child_bucket].name
-                    lin, j = (name,), alive.get(owners[child_bucket], -1)
+                elif o1 is not None or o2 is not None:
+                    child_bucket = bucket if o1 is not None else bucket + factor
+                    j = alive.get(owners[child_bucket], -1)
                     if j >= 0 and stateful[u]:
-                        lag = 0 if caught_up[j] else reports_of[j].get(name)
+                        lag = 0 if caught_up[j] else reports_of[j].get(
+                            before[child_bucket].name)
+                else:
+                    traced = False
             else:  # a deeper merge: the processor holding most children (ties: smallest)
-                buckets = [c for c in range(bucket, prev_factor, factor) if c in before]
-                lin = tuple(before[c].name for c in buckets)
+                buckets = [c for c in range(bucket, prev_factor, factor) if c in owners]
+                traced = bool(buckets)
                 counts: dict[int, int] = {}
                 for c in buckets:
                     jc = alive.get(owners[c], -1)
@@ -199,25 +213,17 @@ class World:
                     if stateful[u] and counts[j] == len(buckets) and caught_up[j]:
                         lag = 0
                     elif stateful[u] and counts[j] == len(buckets):
-                        child_lags = [reports_of[j].get(name) for name in lin]
+                        child_lags = [reports_of[j].get(before[c].name) for c in buckets]
                         if None not in child_lags:
                             lag = max(child_lags)  # type: ignore[type-var]
-            if not lin:  # a group the previous model did not have: the same name
+            if not traced:  # a group the previous model did not have: the same name
                 owner = prev.owner.get(t.name)
                 if owner is not None:
-                    lin, j = (t.name,), alive.get(owner, -1)
+                    by_name[u] = (t.name,)
+                    j = alive.get(owner, -1)
                     if j >= 0 and stateful[u]:
                         lag = 0 if caught_up[j] else reports_of[j].get(t.name)
-            lineage.append(lin)
             sticky.append(j)
-            if task_locality:
-                loc = task_locality.get(t.name)
-                if loc is None:
-                    for ancestor in lin:
-                        loc = task_locality.get(ancestor)
-                        if loc is not None:
-                            break
-                locality.append(loc)
             if own_reports is None:
                 continue
             if lag is None:
@@ -226,7 +232,9 @@ class World:
             else:
                 lag_of.append(at_zero[j] if lag <= acceptable else {j: lag})
                 good.append(alone[j])
-        self.locality = locality if task_locality else [None] * self.n
+        self.lineage = lineage
+        self.locality = (LastLocations(task_locality, self.names, lineage) if task_locality
+                         else [None] * self.n)
 
     def copy_holders(self, u: int) -> tuple[list[str], list[str]]:
         """The processors that held a copy of u's lineage in the previous model: the
@@ -276,15 +284,12 @@ class World:
         good: list[tuple[int, ...] | None] = []
         holders: dict[int, tuple[list[str], list[str]]] = {}
         self._holders = holders
-        for u, (t, stateful, lin) in enumerate(zip(self.tasks, self.is_stateful, self.lineage,
-                                                   strict=True)):
+        by_name = self.lineage.by_name
+        for u, (t, stateful) in enumerate(zip(self.tasks, self.is_stateful, strict=True)):
             if not stateful:
                 lag_of.append(empty)
                 good.append(None)
                 continue
-            if not lin:
-                self._holders = {}
-                return None
             tasks, owners, standbys = histories[group[u]]
             bucket = t.key_bucket
             overlapping = overlapping_of.get(bucket)
@@ -321,6 +326,10 @@ class World:
                         here[j] = lag if lag > acceptable else 0
                 lags = here if lags is None else _merged_pair(lags, here)
             if lags is None:  # lineage by name: a group the previous model did not have
+                lin = by_name.get(u)
+                if lin is None:  # no lineage at all: its own name's reports count
+                    self._holders = {}
+                    return None
                 for name in lin:
                     lags = _holder_lags(name, prev.owner[name],
                                         prev.standby_holders.get(name, no_standbys), lags,
@@ -381,7 +390,7 @@ class World:
 
         lag_of: list[Mapping[int, int]] = []
         good: list[tuple[int, ...] | None] = []
-        for name, stateful, lin in zip(self.names, self.is_stateful, self.lineage,
+        for name, stateful, lin in zip(self.names, self.is_stateful, self.lineage.all(),
                                        strict=True):
             if not stateful:
                 lag_of.append(empty)

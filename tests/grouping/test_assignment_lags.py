@@ -103,13 +103,20 @@ def test_lineage_stickiness_and_lags_follow_their_definitions(
                    for pid in PROCS}
     live = {pid: loc for pid, loc in PROCS.items() if pid != lost}
     tasks = list(new.active_tasks().values())
-    world = World(tasks, live, previous, {}, reports, True, AssignmentParams(), after)
+    # last locations known for some names, old and new
+    locality = {name: f"host-{data.draw(st.integers(0, 5), label=name)}" for name in
+                data.draw(st.lists(st.sampled_from(names), unique=True), label="located")}
+    world = World(tasks, live, previous, locality, reports, True, AssignmentParams(), after)
     index = PreviousAssignment.of(previous)
     pids = sorted(live)
+    every_lineage = world.lineage.all()
     for u, task in enumerate(world.tasks):
         # the inlined lineage pass agrees with PreviousAssignment's rules
         lineage = index.lineage(task, after)
-        assert world.lineage[u] == lineage, task.name
+        assert world.lineage[u] == lineage == every_lineage[u], task.name
+        # a last location is the task's own name's, else its first ancestor's
+        located = [locality[n] for n in (task.name, *lineage) if n in locality]
+        assert world.locality[u] == (located[0] if located else None), task.name
         owner = index.sticky_owner(lineage, live)
         assert world.sticky[u] == (-1 if owner is None else pids.index(owner)), task.name
         want = expected_lags(previous, after, task.name, task.key_bucket,

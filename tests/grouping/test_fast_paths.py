@@ -90,6 +90,11 @@ def test_a_first_generation_indexes_as_tracing_an_empty_previous_model(seed: int
     empty = JobModel(0, {"elasticityFactor": factor, "sspGrouper": grouper.name}, {})
     first, traced = (World(list(reversed(tasks)), procs, previous, locality, lags, stateful,
                            AssignmentParams(), factor) for previous in (None, empty))
-    for attribute in ("group", "lineage", "sticky", "locality", "lag_of", "good"):
+    for attribute in ("group", "sticky", "lag_of", "good"):
         assert getattr(first, attribute) == getattr(traced, attribute), attribute
+    for world in (first, traced):  # read on demand, or all at once: the same
+        assert world.lineage.all() == [world.lineage[u] for u in range(world.n)]
+    assert first.lineage.all() == traced.lineage.all()
+    assert ([first.locality[u] for u in range(first.n)]
+            == [traced.locality[u] for u in range(traced.n)])
     assert [h.tasks for h in first.histories] == [h.tasks for h in traced.histories]
