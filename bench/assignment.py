@@ -7,6 +7,11 @@ change ends with the row's number of tasks. It prints the median
 time of several runs, the balance (max - min active tasks), and the tasks moved against the
 lower bound on moves for that change.
 
+Every change starts from a model whose barrier is done: the leader knows every task's last
+location (the starting model's), as its locality map holds it, and passes it to the
+generation (``--no-locality`` leaves it out, as figures before 2026-11-25 did: a factor
+change looked up 100k new names and their 200k predecessors in it).
+
 Stateful runs: every processor reports lag 0 for the tasks it holds (standby copies under
 their active task's name), so the tasks of a lost processor may go anywhere, while a new
 processor (no state yet) only gets warm-ups: its moves come in later probing rebalances
@@ -16,13 +21,15 @@ Each change is generated as the leader does it: by a :class:`JobModelGenerator` 
 generated the starting model and kept its indexes, incremental where the change allows
 (column "path"); "full ms" times the full computation (``generate_job_model`` from a fresh
 copy of the previous model, whose lineage it indexes first) for the same change. A row
-"initial" generates from scratch. The leader indexes a model's lineage once its barrier is
+"initial" generates from scratch (a new job: no locality), by a new generator, and "full
+ms" there by ``generate_job_model``; the generator frees its intermediates in
+``index_lineage``, the plain function as it returns. The leader indexes a model's lineage once its barrier is
 done and it has been idle a while (``JobModelGenerator.index_lineage``), off the way to the
 next publication; the bench does it after generating the starting model and after each
 timed run, outside the clock.
 
 Run: python -m bench.assignment [--quick] [--runs N] [--tasks N...] [--procs N...]
-     [--standbys N] [--leader-heap]
+     [--standbys N] [--leader-heap] [--no-locality]
 
 A generation leaves hundreds of thousands of new objects, and in a plain process the
 garbage collector walks them right after (the next allocation collects the young
@@ -72,6 +79,13 @@ def lags_of(model: JobModel) -> dict[str, dict[str, int]]:
     return reports
 
 
+def locality_of(model: JobModel) -> dict[str, str]:
+    """Every active task's location in ``model``: what the leader's locality map holds
+    once the model's barrier is done."""
+    return {name: container.location_id for container in model.containers.values()
+            for name in (t.name for t in container.active_tasks)}
+
+
 def timed(fn: Callable[[], GeneratedJobModel], runs: int,
           scope: Callable[[], AbstractContextManager[object]] = nullcontext,
           published: Callable[[GeneratedJobModel], None] | None = None,
@@ -99,7 +113,7 @@ def timed(fn: Callable[[], GeneratedJobModel], runs: int,
 def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
                   standbys: int = 0,
                   scope: Callable[[], AbstractContextManager[object]] = nullcontext,
-                  ) -> list[str]:
+                  locality: bool = True) -> list[str]:
     """One row per change; every change ends with ``n_tasks`` tasks (F = 8 afterwards)."""
     ssps = inputs(n_tasks)
     procs = processors(n_procs)
@@ -119,20 +133,25 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
                                   params=params).job_model
         generator.index_lineage(base)  # as the leader does between changes
         lags = lags_of(base) if stateful else None
+        known = locality_of(base) if locality else None
 
         def run(base: JobModel = base, live: dict[str, str] = live,
                 lags: dict[str, dict[str, int]] | None = lags,
+                known: dict[str, str] | None = known,
                 generator: JobModelGenerator = generator) -> GeneratedJobModel:
             # the leader's way: the generator kept the indexes of the model it made
             return generator.generate(2, ssps, GROUPER, BASE_FACTOR, live, previous=base,
-                                      task_lags=lags, stateful=stateful, params=params)
+                                      task_locality=known, task_lags=lags, stateful=stateful,
+                                      params=params)
 
         def full(base: JobModel = base, live: dict[str, str] = live,
-                 lags: dict[str, dict[str, int]] | None = lags) -> GeneratedJobModel:
+                 lags: dict[str, dict[str, int]] | None = lags,
+                 known: dict[str, str] | None = known) -> GeneratedJobModel:
             # A fresh previous model each run: no index cached by an earlier run.
             previous = JobModel(base.version, base.config, base.containers)
             return generate_job_model(2, ssps, GROUPER, BASE_FACTOR, live, previous=previous,
-                                      task_lags=lags, stateful=stateful, params=params)
+                                      task_locality=known, task_lags=lags, stateful=stateful,
+                                      params=params)
 
         def publish(generated: GeneratedJobModel,
                     generator: JobModelGenerator = generator) -> None:
@@ -145,13 +164,25 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
         rows.append(_row(base, generated, live, stateful, change, seconds, path,
                          full_seconds, params))
 
+    # a new job, as its first leader generates it (a generator with nothing to go on)
+    first = JobModelGenerator()
+
     def initial() -> GeneratedJobModel:
+        return first.generate(1, ssps, GROUPER, BASE_FACTOR, procs, stateful=stateful,
+                              params=params)
+
+    def initial_full() -> GeneratedJobModel:
         return generate_job_model(1, ssps, GROUPER, BASE_FACTOR, procs, stateful=stateful,
                                   params=params)
 
-    seconds, generated = timed(initial, runs, scope)
-    rows.append(_row(None, generated, procs, stateful, "initial", seconds, "full", seconds,
-                     params))
+    def publish_first(generated: GeneratedJobModel) -> None:
+        first.index_lineage(generated.job_model)
+
+    seconds, generated = timed(initial, runs, scope, publish_first)
+    full_seconds, reference = timed(initial_full, runs, scope)
+    assert reference.job_model == generated.job_model, "generator != generate_job_model"
+    rows.append(_row(None, generated, procs, stateful, "initial", seconds, first.last_path,
+                     full_seconds, params))
     return rows
 
 
@@ -185,6 +216,9 @@ def main() -> None:
                         help="each generation inside the leader's collector scope "
                              "(service.heap.FrozenHeap.generating): the collector paused "
                              "and the new model frozen before it resumes")
+    parser.add_argument("--no-locality", action="store_true",
+                        help="changes without the tasks' last locations (the leader has "
+                             "them once a model's barrier is done)")
     args = parser.parse_args()
     scope = FrozenHeap().generating if args.leader_heap else nullcontext
     sizes = args.tasks or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
@@ -197,7 +231,7 @@ def main() -> None:
         for n_procs in args.procs:
             for stateful in kinds:
                 for row in scenario_rows(n_tasks, n_procs, stateful, args.runs, args.standbys,
-                                         scope):
+                                         scope, not args.no_locality):
                     print(row, flush=True)
 
 
