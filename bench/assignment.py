@@ -23,10 +23,10 @@ generated the starting model and kept its indexes, incremental where the change 
 copy of the previous model, whose lineage it indexes first) for the same change. A row
 "initial" generates from scratch (a new job: no locality), by a new generator, and "full
 ms" there by ``generate_job_model``; the generator frees its intermediates in
-``index_lineage``, the plain function as it returns. The leader indexes a model's lineage once its barrier is
-done and it has been idle a while (``JobModelGenerator.index_lineage``), off the way to the
-next publication; the bench does it after generating the starting model and after each
-timed run, outside the clock.
+``index_lineage``, the plain function as it returns. The leader indexes a model's lineage
+once its barrier is done and it has been idle a while (``JobModelGenerator.index_lineage``),
+off the way to the next publication; the bench does it after generating the starting
+model and after each timed run, outside the clock.
 
 Run: python -m bench.assignment [--quick] [--runs N] [--tasks N...] [--procs N...]
      [--standbys N] [--leader-heap] [--no-locality]
