@@ -24,7 +24,11 @@ request is counted and printed; a run with errors measures the fleet, not the co
 A simulated processor reads only the head of its answer (the version) and whether its
 container is in it: parsing a thousand 20 KB answers (what each real worker does on its
 own CPU) took the simulating process a third of a second per rebalance, which the times
-to "every processor has it" and to the barrier's end then counted.
+to "every processor has it" and to the barrier's end then counted. A processor acks on
+its long poll's connection: a real worker's HTTP client pool hands its ack a connection
+that its poll or its heartbeats keep open. Acks on a connection of their own found it closed
+by the server's keep-alive timeout after any quiet spell, and the first rebalance after
+one reopened a thousand connections (0.5-1.1 s more to barrier done).
 Figures: bench/RESULTS.md.
 """
 
@@ -72,9 +76,11 @@ def rss_mb(pid: int) -> float:
 
 @dataclass
 class Fleet:
-    """The simulated processors (three keep-alive connections each: the long poll, acks
-    and registration, heartbeats; a real worker heartbeats from its own thread, so a
-    slow ack never holds its heartbeats up): what each received and when."""
+    """The simulated processors, with two keep-alive connections each, as a real worker's
+    HTTP client uses its pool: one for the long poll and the ack that follows an answer
+    (a worker's pool has that connection idle and open when its main thread acks), one for
+    registration and heartbeats (a worker heartbeats from its own thread, so a slow ack
+    never holds its heartbeats up). What each received and when."""
 
     host: str
     port: int
@@ -85,13 +91,12 @@ class Fleet:
     stopping: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
-    conns: dict[str, tuple[MiniConnection, MiniConnection, MiniConnection]] = field(
-        default_factory=dict)
+    conns: dict[str, tuple[MiniConnection, MiniConnection]] = field(default_factory=dict)
 
     async def join(self, pid: str) -> None:
-        poll, ctl, beats = (MiniConnection(self.host, self.port) for _ in range(3))
-        self.conns[pid] = (poll, ctl, beats)
-        status, body = await ctl.request("POST", "/processors", {
+        poll, beats = (MiniConnection(self.host, self.port) for _ in range(2))
+        self.conns[pid] = (poll, beats)
+        status, body = await beats.request("POST", "/processors", {
             "processorId": pid, "locationId": f"host-{pid}"})
         if status != 201:
             raise RuntimeError(f"registration of {pid}: {status} {body[:200]!r}")
@@ -101,10 +106,10 @@ class Fleet:
     async def leave(self, pid: str) -> None:
         self.stopping.add(pid)
         self.tasks.pop(pid).cancel()
-        poll, ctl, beats = self.conns.pop(pid)
-        await ctl.request("DELETE", f"/processors/{pid}",
-                          headers={"Coxswain-Lease-Token": self.tokens[pid]})
-        for conn in (ctl, poll, beats):
+        poll, beats = self.conns.pop(pid)
+        await beats.request("DELETE", f"/processors/{pid}",
+                            headers={"Coxswain-Lease-Token": self.tokens[pid]})
+        for conn in (poll, beats):
             await conn.aclose()
 
     async def close(self) -> None:
@@ -116,7 +121,7 @@ class Fleet:
 
     async def _run(self, pid: str) -> None:
         lease = {"Coxswain-Lease-Token": self.tokens[pid]}
-        poll, ctl, beats = self.conns[pid]
+        poll, beats = self.conns[pid]
         beat = asyncio.create_task(self._heartbeat(pid, beats, lease))
         version = 0
         try:
@@ -143,7 +148,7 @@ class Fleet:
                 self.bytes[version] = self.bytes.get(version, 0) + len(body)
                 if b'"containers":{"' + pid.encode() + b'":' in body:
                     try:
-                        status, body = await ctl.request(
+                        status, body = await poll.request(
                             "POST", f"/jobmodel/{version}/ack", {"processorId": pid}, lease)
                     except (HttpError, OSError) as e:
                         self.errors[f"ack {type(e).__name__}"] += 1
