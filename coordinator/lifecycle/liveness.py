@@ -221,8 +221,8 @@ class Liveness:
         try:
             # the store is read without the lock (1000 leases take ZooKeeper a good part
             # of a second, which heartbeats and rebalances must not wait for)
-            snapshot = None if self._config.sole_replica else \
-                await asyncio.to_thread(self.membership.snapshot)
+            snapshot = None if self._config.sole_replica else await asyncio.to_thread(
+                self.membership.snapshot, self.membership.lease_ttl_s / 2)
             async with self._lock:
                 if snapshot is not None:
                     await asyncio.to_thread(self.membership.merge, *snapshot)

@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.errors import Fenced, UnknownProcessor
 from coordinator.membership import NAMESPACE, Membership, ProcessorLease
+from coordinator.store.metadata import Versioned
 from coordinator.store.sql import SqlMetadataStore
 from service.database import make_engine, upgrade
 from tests.coordinator.fake_clock import FakeClock
@@ -327,3 +328,59 @@ def test_a_batched_write_behind_leaves_a_newer_incarnation_and_a_removal_alone(
     assert here.renew_cached("p1", old["p1"]) is None
     assert here.renew_cached("p1", new) is not None
     assert "p2" not in here.live()
+
+
+class ReadCountingStore(CountingStore):
+    """The real SQL store, counting the lease records read one by one and in bulk."""
+
+    gets = 0
+    lists = 0
+
+    def get(self, namespace: str, key: str) -> Versioned | None:
+        self.gets += 1
+        return super().get(namespace, key)
+
+    def list(self, namespace: str) -> dict[str, Versioned]:
+        self.lists += 1
+        return super().list(namespace)
+
+
+def test_a_sweep_reads_only_the_leases_that_are_due(tmp_path: Path) -> None:
+    """A sweep's snapshot with ``due_within_s`` reads only new records and those whose
+    cached lease runs out within that time: leases renewed here in memory are not read;
+    a renewal written by another replica is seen before the lease runs out here; records
+    removed or added elsewhere go and come as with a full read."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    upgrade(engine)
+    store = ReadCountingStore(engine)
+    clock = FakeClock()
+    here = Membership(store, clock, TTL, renews_in_memory=LEADER)
+    there = Membership(store, clock, TTL)
+    tokens = {pid: here.register(pid, f"h{i}", None)[2] for i, pid in
+              enumerate(["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"])}
+    there.load()
+    other = tokens.pop("p7")  # p7 heartbeats through the other replica only
+    for step in range(6):
+        clock.t += 2.0
+        for pid, token in tokens.items():
+            beat(here, pid, token)
+        there.heartbeat("p7", other, {"Partition 7": step}, None)
+        store.gets = store.lists = 0
+        here.merge(*here.snapshot(due_within_s=TTL / 2))
+        assert store.lists == 0 and store.gets <= 1  # p7, once due, and nothing else
+        assert sorted(here.live()) == [f"p{i}" for i in range(8)]
+        assert here.expired() == []
+    # here, p7's record was read again within half a TTL: its lags are that recent
+    assert here.live()["p7"].task_lags["Partition 7"] >= 5 - (TTL / 2) // 2.0
+    there.register("p8", "h8", None)  # elsewhere: a new record, read at once
+    there.remove(["p0"])  # elsewhere: gone at once
+    taken, stored, unread = here.snapshot(due_within_s=TTL / 2)
+    assert "p8" in stored and "p0" not in stored and "p0" not in unread
+    here.merge(taken, stored, unread)
+    assert sorted(here.live()) == [f"p{i}" for i in range(1, 9)]
+    # more than a quarter due (as after a handover to a replica that renewed nothing):
+    # one bulk read
+    clock.t += TTL * 0.6
+    store.gets = store.lists = 0
+    here.merge(*here.snapshot(due_within_s=TTL / 2))
+    assert store.lists == 1 and store.gets == 0

@@ -20,13 +20,18 @@ from tests.coordinator.fake_clock import FakeClock
 
 
 class ListCountingStore(SqlMetadataStore):
-    """The real SQL store, counting the namespace listings it serves."""
+    """The real SQL store, counting the namespace listings it serves (of keys, or of keys
+    and values: a sweep that finds no lease due lists the keys only)."""
 
     listings = 0
 
     def list(self, namespace: str) -> dict[str, Versioned]:
         self.listings += 1
         return super().list(namespace)
+
+    def keys(self, namespace: str) -> list[str]:
+        self.listings += 1
+        return super().keys(namespace)
 
 
 async def _scenario(tmp_path: Path, sole_replica: bool) -> tuple[bool, bool, bool, int]:
