@@ -25,13 +25,13 @@ class ListCountingStore(SqlMetadataStore):
 
     listings = 0
 
-    def list(self, namespace: str) -> dict[str, Versioned]:
-        self.listings += 1
-        return super().list(namespace)
-
     def keys(self, namespace: str) -> list[str]:
         self.listings += 1
         return super().keys(namespace)
+
+    def list(self, namespace: str) -> dict[str, Versioned]:
+        self.listings += 1
+        return super().list(namespace)
 
 
 async def _scenario(tmp_path: Path, sole_replica: bool) -> tuple[bool, bool, bool, int]:
