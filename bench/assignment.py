@@ -79,13 +79,6 @@ def lags_of(model: JobModel) -> dict[str, dict[str, int]]:
     return reports
 
 
-def locality_of(model: JobModel) -> dict[str, str]:
-    """Every active task's location in ``model``: what the leader's locality map holds
-    once the model's barrier is done."""
-    return {name: container.location_id for container in model.containers.values()
-            for name in (t.name for t in container.active_tasks)}
-
-
 def timed(fn: Callable[[], GeneratedJobModel], runs: int,
           scope: Callable[[], AbstractContextManager[object]] = nullcontext,
           published: Callable[[GeneratedJobModel], None] | None = None,
@@ -133,7 +126,7 @@ def scenario_rows(n_tasks: int, n_procs: int, stateful: bool, runs: int,
                                   params=params).job_model
         generator.index_lineage(base)  # as the leader does between changes
         lags = lags_of(base) if stateful else None
-        known = locality_of(base) if locality else None
+        known = base.task_locations() if locality else None
 
         def run(base: JobModel = base, live: dict[str, str] = live,
                 lags: dict[str, dict[str, int]] | None = lags,

@@ -294,6 +294,12 @@ class JobModel:
         """task name -> task model, for every active task of the model (a fresh dict)."""
         return dict(self._active_index()[0])
 
+    def task_locations(self) -> dict[str, str]:
+        """active task name -> the location id of its container (what the leader records
+        as task locality once this model's barrier is done; a fresh dict)."""
+        return {task.name: container.location_id for container in self.containers.values()
+                for task in container.active_tasks}
+
     def container_of(self, processor_id: str) -> ContainerModel | None:
         """The container of ``processor_id``, or None when it is not in this model."""
         return self.containers.get(processor_id)

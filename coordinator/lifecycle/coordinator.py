@@ -656,8 +656,7 @@ class Coordinator:
             self._models.set_active(barrier.version)
             self._barriers.prune(barrier.version - self.config.keep_job_models)
             # here too, not on the event loop: 200k tasks after a factor change
-            locality = {name: c.location_id for c in model.containers.values()
-                        for name in (t.name for t in c.active_tasks)}
+            locality = model.task_locations()
             return locality, {**known, **locality}
 
         locality, self._known_locality = await self._io(persist)

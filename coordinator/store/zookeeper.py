@@ -188,9 +188,6 @@ class ZkMetadataStore:
             while in_flight:
                 self._check(in_flight.popleft().get())
 
-    def _commit(self, batch: Any) -> None:
-        self._check(batch.commit())
-
     @staticmethod
     def _check(results: list[Any]) -> None:
         failed = [r for r in results if isinstance(r, Exception)

@@ -36,9 +36,6 @@ class TaskLineage:
         #: task u -> (its own name,), for the tasks whose lineage goes by name
         self.by_name: dict[int, tuple[str, ...]] = {}
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     def __getitem__(self, u: int) -> tuple[str, ...]:
         history = self._histories[self._group[u]]
         found = self._prev.lineage_in(history, self._tasks[u].key_bucket, self._factor)
