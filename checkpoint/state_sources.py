@@ -1,4 +1,5 @@
-"""Which snapshots a task's state is made of, across elasticity changes (pure).
+"""Which snapshots a task's state is made of, across elasticity changes and reshards
+(pure).
 
 State is stored per record key, so the state of key bucket b under factor F is exactly
 the entries whose record key k has ``key_bucket(k, F) == b``. Cut the task's key space
@@ -17,9 +18,20 @@ model version among the checkpoints whose key space holds the cell. So:
 * several steps at once, or buckets merged at different points, compose: each cell from
   its own latest holder, filtered by bucket under Fmax.
 
-A cell no checkpoint holds has no state yet (empty). Null record keys have no bucket:
-a snapshot's null-key entries belong to the cell of its own bucket (on a split they go
-to child b, not b + F; on a merge, of the children's, the lowest bucket's are kept).
+**Reshards** (Kinesis): a child shard's records of a key follow every record of that key
+in its parents (parents before children, ``checkpoint.shard_ends``), so a cell of a child
+shard that no checkpoint of the child's own shard holds yet is held by the parents' final
+snapshots: the entries whose partition key hashes (MD5, ``grouping.shards.hash_key``)
+into the child's hash-key range. A split child keeps its half of its parent's; a merged
+child both parents' whole. A parent that holds nothing for the cell is looked through to
+its own parents (a shard that ended before its task ever committed). Factor changes
+compose as above: the cells are under the finest factor of every checkpoint looked at.
+
+A cell no checkpoint holds has no state yet (empty). Null record keys have no bucket and
+no hash key: a snapshot's null-key entries belong to the cell of its own bucket (on a
+split they go to child b, not b + F; on a merge, of the children's, the lowest bucket's
+are kept), and across a reshard to the child shard whose range holds the parent's
+starting hash key (of two merged parents, the lower one's are kept).
 """
 
 from __future__ import annotations
@@ -28,6 +40,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from checkpoint.commit import EntryKey
+from grouping.shards import Lineage
+
+Partition = tuple[str, str, int]  # system, stream, partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +60,8 @@ class HeldState:
 @dataclass(frozen=True, slots=True)
 class StateSource:
     """Restore ``task_name``'s snapshot keeping the keys whose bucket under ``factor`` is
-    in ``buckets`` (and null keys when ``null_keys``)."""
+    in ``buckets`` (and null keys when ``null_keys``); when ``hash_key_range`` is set
+    (a reshard's parent), only the keys whose Kinesis hash key is within it (inclusive)."""
 
     task_name: str
     checkpoint_id: str | None
@@ -53,6 +69,7 @@ class StateSource:
     factor: int
     buckets: tuple[int, ...]
     null_keys: bool
+    hash_key_range: tuple[int, int] | None = None
 
 
 def _factor_and_bucket(spaces: Sequence[EntryKey]) -> tuple[int, int]:
@@ -63,42 +80,135 @@ def _factor_and_bucket(spaces: Sequence[EntryKey]) -> tuple[int, int]:
     return factors.pop(), buckets.pop()
 
 
-def _covers(held: HeldState, task_partitions: set[tuple[str, str, int]],
+def _covers(held: HeldState, partitions: Iterable[Partition] | set[Partition],
             cell: int) -> bool:
-    return any((s[0], s[1], s[2]) in task_partitions and cell % s[3] == s[4]
+    return any((s[0], s[1], s[2]) in partitions and cell % s[3] == s[4]
                for s in held.key_spaces)
 
 
-def state_sources(task_spaces: Sequence[EntryKey], held: Iterable[HeldState]
-                  ) -> tuple[StateSource, ...]:
+def _latest(holders: Iterable[HeldState]) -> HeldState | None:
+    return max(holders, key=lambda h: (h.job_model_version, h.checkpoint_id or ""),
+               default=None)
+
+
+def ancestors(partitions: Iterable[Partition], lineage: Lineage | None
+              ) -> dict[Partition, list[Partition]]:
+    """Per shard partition of ``partitions``: its ancestors the lineage still lists,
+    nearest first (parents, then theirs); partitions without parents are left out."""
+    out: dict[Partition, list[Partition]] = {}
+    for own in sorted(set(partitions)):
+        shards = (lineage or {}).get((own[0], own[1]))
+        if not shards or own[2] not in shards:
+            continue
+        seen: list[Partition] = []
+        frontier = list(shards[own[2]].parents)
+        while frontier:
+            p = frontier.pop(0)
+            if p in shards and (own[0], own[1], p) not in seen:
+                seen.append((own[0], own[1], p))
+                frontier.extend(shards[p].parents)
+        if seen:
+            out[own] = seen
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Pick:
+    """Who holds one cell: a holder, and the child range its keys are kept within."""
+
+    held: HeldState
+    child: Partition | None  # the task's own shard partition, for a parent's snapshot
+    start_hash: int  # of the holder's shard, for the null keys of merged parents
+
+
+def state_sources(task_spaces: Sequence[EntryKey], held: Iterable[HeldState],
+                  lineage: Lineage | None = None) -> tuple[StateSource, ...]:
     """The snapshots a task with key spaces ``task_spaces`` (one factor, one bucket)
     restores from; ``held``: the last checkpoint with state of every task that may
-    share a key space with it (others are ignored). Empty: the task starts empty."""
+    share a key space with it, or with an ancestor shard of one of its partitions
+    (others are ignored); ``lineage``: the job model's shards (Kinesis inputs). Empty:
+    the task starts empty."""
     factor, bucket = _factor_and_bucket(task_spaces)
-    partitions = {(s[0], s[1], s[2]) for s in task_spaces}
+    own = {(s[0], s[1], s[2]) for s in task_spaces}
+    lines = ancestors(own, lineage)
+    looked = own | {a for found in lines.values() for a in found}
     relevant = [h for h in held if h.markers and any(
-        (s[0], s[1], s[2]) in partitions
+        (s[0], s[1], s[2]) in looked
         and s[4] % min(factor, s[3]) == bucket % min(factor, s[3])
         for s in h.key_spaces)]
     if not relevant:
         return ()
     finest = max([factor, *(s[3] for h in relevant for s in h.key_spaces)])
-    chosen: dict[int, HeldState] = {}
+    chosen: dict[int, list[_Pick]] = {}
     for cell in range(bucket, finest, factor):  # this task's buckets under ``finest``
-        holders = [h for h in relevant if _covers(h, partitions, cell)]
-        if holders:
-            chosen[cell] = max(holders, key=lambda h: (h.job_model_version,
-                                                       h.checkpoint_id or ""))
-    by_task: dict[str, list[int]] = {}
-    for cell, h in sorted(chosen.items()):
-        by_task.setdefault(h.task_name, []).append(cell)
-    by_name = {h.task_name: h for h in chosen.values()}
+        mine = _latest(h for h in relevant if _covers(h, own, cell))
+        if mine is not None:
+            chosen[cell] = [_Pick(mine, None, -1)]
+            continue
+        picks: list[_Pick] = []
+        for child, line in lines.items():
+            picks += _from_ancestors(relevant, child, line, cell, lineage or {})
+        if picks:
+            chosen[cell] = picks
+    return _grouped(chosen, finest, lineage or {})
+
+
+def _from_ancestors(relevant: Sequence[HeldState], child: Partition,
+                    line: Sequence[Partition], cell: int, lineage: Lineage
+                    ) -> list[_Pick]:
+    """The holders of ``cell`` for ``child``'s keys among its ancestors: each parent's
+    final snapshot, or where a parent holds nothing, its own parents' (recursively)."""
+    shards = lineage[(child[0], child[1])]
+    picks: list[_Pick] = []
+    frontier = [(child[0], child[1], p) for p in shards[child[2]].parents]
+    visited: set[Partition] = set()
+    while frontier:
+        parent = frontier.pop(0)
+        if parent in visited or parent not in line:
+            continue  # expired from the lineage: nothing left of it
+        visited.add(parent)
+        holder = _latest(h for h in relevant if _covers(h, {parent}, cell))
+        if holder is not None:
+            picks.append(_Pick(holder, child, shards[parent[2]].hash_key_range[0]))
+        else:
+            frontier += [(child[0], child[1], p) for p in shards[parent[2]].parents]
+    return picks
+
+
+def _grouped(chosen: Mapping[int, list[_Pick]], finest: int, lineage: Lineage
+             ) -> tuple[StateSource, ...]:
+    """One source per (holder, child range), its cells in order; null keys from one."""
+    cells: dict[tuple[str, Partition | None], list[int]] = {}
+    pick_of: dict[tuple[str, Partition | None], _Pick] = {}
+    for cell, picks in sorted(chosen.items()):
+        for pick in picks:
+            key = (pick.held.task_name, pick.child)
+            cells.setdefault(key, []).append(cell)
+            pick_of[key] = pick
     # null keys have no bucket: a snapshot's null-key entries belong to its own bucket's
-    # cell; when several sources bring some, the lowest cell's win
-    with_nulls = [cells[0] for name, cells in by_task.items()
-                  if _factor_and_bucket(by_name[name].key_spaces)[1] in cells]
-    null_cell = min(with_nulls) if with_nulls else None
-    return tuple(
-        StateSource(name, by_name[name].checkpoint_id, by_name[name].markers, finest,
-                    tuple(cells), cells[0] == null_cell)
-        for name, cells in sorted(by_task.items(), key=lambda kv: kv[1][0]))
+    # cell, and across a reshard to the child holding the parent's starting hash key;
+    # when several sources bring some, the lowest cell's (then lowest range's) win
+    eligible = []
+    for key, found in cells.items():
+        pick = pick_of[key]
+        if _factor_and_bucket(pick.held.key_spaces)[1] not in found:
+            continue
+        if pick.child is not None:
+            low, high = _range(pick.child, lineage)
+            if not low <= pick.start_hash <= high:
+                continue
+        eligible.append((found[0], pick.start_hash, key))
+    null_key = min(eligible)[2] if eligible else None
+    out = []
+    for key, found in sorted(cells.items(), key=lambda kv: (kv[1][0], kv[0][0],
+                                                            kv[0][1] or ("", "", -1))):
+        pick = pick_of[key]
+        out.append(StateSource(
+            pick.held.task_name, pick.held.checkpoint_id, pick.held.markers, finest,
+            tuple(found), key == null_key,
+            None if pick.child is None else _range(pick.child, lineage)))
+    return tuple(out)
+
+
+def _range(partition: Partition, lineage: Lineage) -> tuple[int, int]:
+    return lineage[(partition[0], partition[1])][partition[2]].hash_key_range

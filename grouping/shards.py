@@ -16,6 +16,7 @@ strings of up to 128 digits, Python ints here.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,14 @@ MAX_HASH_KEY = 2**128 - 1
 
 class ShardFormatError(ValueError):
     """A shard description that cannot be right."""
+
+
+def hash_key(partition_key: bytes) -> int:
+    """Kinesis's hash key of a partition key: the MD5 of its bytes (the UTF-8 of the
+    string a producer gave) as an unsigned 128-bit big-endian integer. The open shard
+    whose hash-key range holds it takes the record (unless the producer gave an
+    ``ExplicitHashKey``, which no consumer sees), and so does state after a reshard."""
+    return int.from_bytes(hashlib.md5(partition_key, usedforsecurity=False).digest(), "big")
 
 
 def shard_partition(shard_id: str) -> int:

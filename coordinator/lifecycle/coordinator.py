@@ -54,7 +54,7 @@ from coordinator.model_cache import ModelCache
 from coordinator.scheduler import Scheduler
 from coordinator.store.metadata import MetadataStore
 from grouping.generation import GeneratedJobModel
-from grouping.groupers import grouper_by_name
+from grouping.groupers import group_tasks, grouper_by_name
 from grouping.incremental import JobModelGenerator
 from grouping.key_bucket import validate_elasticity_factor
 from grouping.model import JobModel, SystemStreamPartition
@@ -125,6 +125,8 @@ class Coordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._desired_cache: dict[str, Any] = {}
+        # task names the inputs imply, by (inputs, factor, grouper): lags before a model
+        self._implied: tuple[tuple[Any, ...], frozenset[str]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -399,12 +401,22 @@ class Coordinator:
         self.liveness.poll_closed(processor_id)
 
     def latest_task_names(self) -> frozenset[str]:
-        """The active task names of the latest job model."""
+        """The active task names of the latest job model; before the first, the names
+        the job's inputs, grouper and factor imply (what the first generation makes), so
+        that lags reported before it count in it (KIP-441's first assignment)."""
         model = self._latest
         if model is None:
-            return frozenset()
+            return self._implied_task_names()
         return model.memo("task-names", lambda m: frozenset(
             t.name for c in m.containers.values() for t in c.active_tasks))
+
+    def _implied_task_names(self) -> frozenset[str]:
+        key = (self._inputs.partitions, self.elasticity_factor(), self.config.grouper)
+        if self._implied is None or self._implied[0] != key:
+            tasks = group_tasks(grouper_by_name(key[2]), key[0], key[1],
+                                max_elasticity_factor=self.config.max_elasticity_factor)
+            self._implied = (key, frozenset(t.name for t in tasks))
+        return self._implied[1]
 
     # ------------------------------------------------------------------ triggers
 

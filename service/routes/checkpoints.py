@@ -18,7 +18,7 @@ from checkpoint.model import BucketKey, SspStart, TaskCheckpointMeta, parse_star
 from checkpoint.resolution import entries_by_partition, resolve_ssp_start
 from checkpoint.serde import offset_to_json, skip_watermarks_to_json
 from checkpoint.shard_ends import waiting_for
-from checkpoint.state_sources import HeldState, state_sources
+from checkpoint.state_sources import HeldState, ancestors, state_sources
 from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
 from coordinator.lifecycle import Coordinator
@@ -85,12 +85,19 @@ async def read_checkpoints(
 
     stateful = coordinator.config.stateful
     factor = model.elasticity_factor
+    # state may come from any ancestor shard (one that ended before committing state)
+    held_in = partitions | {SystemStreamPartition(*a) for found in ancestors(
+        ((p.system, p.stream, p.partition) for p in partitions), lineage).values()
+        for a in found} if stateful and lineage else partitions
 
     def read() -> tuple[dict[BucketKey, int], dict[Any, Any], dict[str, TaskCheckpointMeta],
                         dict[str, list[EntryKey]]]:
-        holders = store.read_state_holders(partitions) if stateful else {}
-        return (store.read_entries(partitions), store.read_resets(partitions),
-                store.read_task_meta([*names, *holders]), holders)
+        # offsets first: commits only move forward, so the state read after them is at
+        # least as new: a child shard told its parents are finished gets their final
+        # snapshots, never older ones
+        entries, resets = store.read_entries(partitions), store.read_resets(partitions)
+        holders = store.read_state_holders(held_in) if stateful else {}
+        return entries, resets, store.read_task_meta([*names, *holders]), holders
 
     entries, resets, meta, holders = await asyncio.to_thread(read)
     started = time.perf_counter()
@@ -114,7 +121,8 @@ async def read_checkpoints(
                                        (m.state_checkpoint_markers if m else {}).items()},
         }
         if stateful:
-            out[task.name]["stateSources"] = _state_sources(task, factor, meta, holders)
+            out[task.name]["stateSources"] = _state_sources(task, factor, meta, holders,
+                                                            lineage)
         if lineage:  # shard inputs: parents before children (checkpoint.shard_ends)
             out[task.name]["waitingFor"] = [
                 ssp_to_json(s) for s in
@@ -137,18 +145,25 @@ def _parents(partitions: set[SystemStreamPartition], lineage: Lineage
 
 
 def _state_sources(task: TaskModel, factor: int, meta: Mapping[str, TaskCheckpointMeta],
-                   holders: Mapping[str, list[EntryKey]]) -> list[dict[str, Any]]:
+                   holders: Mapping[str, list[EntryKey]], lineage: Lineage
+                   ) -> list[dict[str, Any]]:
     """The snapshots ``task``'s state is made of (``checkpoint.state_sources``)."""
     spaces = [entry_key(ssp, factor) for ssp in task.ssps]
     held = [HeldState(name, m.checkpoint_id, m.state_checkpoint_markers,
                       m.job_model_version, tuple(holders.get(name) or spaces))
             for name, m in meta.items()
             if name in holders or name == task.name]  # own rows from before 0003
-    return [{"taskName": s.task_name, "checkpointId": s.checkpoint_id,
-             "stateCheckpointMarkers": {b: dict(v) for b, v in s.markers.items()},
-             "elasticityFactor": s.factor, "keyBuckets": list(s.buckets),
-             "nullKeys": s.null_keys}
-            for s in state_sources(spaces, held)]
+    out = []
+    for s in state_sources(spaces, held, lineage):
+        source: dict[str, Any] = {
+            "taskName": s.task_name, "checkpointId": s.checkpoint_id,
+            "stateCheckpointMarkers": {b: dict(v) for b, v in s.markers.items()},
+            "elasticityFactor": s.factor, "keyBuckets": list(s.buckets),
+            "nullKeys": s.null_keys}
+        if s.hash_key_range is not None:  # a parent shard's: the child's keys only
+            source["hashKeyRange"] = [str(s.hash_key_range[0]), str(s.hash_key_range[1])]
+        out.append(source)
+    return out
 
 
 @router.get("/checkpoints/state-markers", dependencies=[Depends(require_worker)])

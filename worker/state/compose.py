@@ -1,5 +1,6 @@
-"""A task's state composed from other tasks' snapshots, filtered by key bucket: what a
-split child or a merged task starts from (``checkpoint.state_sources`` says which).
+"""A task's state composed from other tasks' snapshots, filtered by key bucket (and, for a
+Kinesis child shard, by the hash-key range of the child): what a split child or a merged
+task starts from (``checkpoint.state_sources`` says which).
 
 Each source snapshot is made present locally (``restore_snapshot``: local files first,
 then downloads), copied aside (hard links), opened, and every entry whose record key
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grouping.key_bucket import key_bucket
+from grouping.shards import MAX_HASH_KEY, hash_key
 from worker.state.backup import state_marker
 from worker.state.blobs import BlobStore
 from worker.state.keys import split
@@ -46,6 +48,25 @@ def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
     return len(sources) == 1 and sources[0].get("taskName") == task
 
 
+def _filter(source: Mapping[str, Any]) -> Callable[[bytes | None], bool]:
+    """Whether a record key's entries belong to this task, by one ``stateSources`` entry:
+    its bucket under the source's factor is listed (null keys: when ``nullKeys``) and,
+    for a parent shard's snapshot, its Kinesis hash key is in the child's range."""
+    factor = int(source["elasticityFactor"])
+    buckets = frozenset(int(b) for b in source["keyBuckets"])
+    null_keys = bool(source.get("nullKeys"))
+    within = source.get("hashKeyRange")
+    low, high = (int(within[0]), int(within[1])) if within else (0, MAX_HASH_KEY)
+
+    def keep(key: bytes | None) -> bool:
+        if key is None:
+            return null_keys
+        return key_bucket(key, 0, factor) in buckets and (
+            within is None or low <= hash_key(key) <= high)
+
+    return keep
+
+
 def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
             blobs: BlobStore, digests: Digests, into: Path) -> Composed:
     """Build a fresh store at ``into`` holding, from each source snapshot, the entries of
@@ -62,18 +83,14 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
             restored = restore_snapshot(state_dir, marker, blobs, digests)
             files += restored.downloaded_files
             size += restored.downloaded_bytes
-            factor = int(source["elasticityFactor"])
-            buckets = frozenset(int(b) for b in source["keyBuckets"])
-            null_keys = bool(source.get("nullKeys"))
+            keep = _filter(source)
             aside = task_dir(state_dir, task) / f"compose-{i}"
             clone(restored.folder, aside)
             try:
                 with TaskStore(aside) as store:
                     pending: list[tuple[bytes, bytes]] = []
                     for stored, raw in store.entries():
-                        key, _ = split(stored)
-                        if (null_keys if key is None
-                                else key_bucket(key, 0, factor) in buckets):
+                        if keep(split(stored)[0]):
                             pending.append((stored, raw))
                         if len(pending) >= BATCH:
                             written += target.ingest(pending)
