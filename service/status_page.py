@@ -50,6 +50,8 @@ def view(inputs: PageInputs) -> dict[str, Any]:
         warmups = sum(1 for _, p in warm if p == pid)
         standbys = len(container.standby_tasks) if container else 0
         consumer = s.get("consumerLag") or {}
+        behind = [int(v) for v in (s.get("consumerLagMs") or {}).values()
+                  if isinstance(v, int | float)]
         processors.append({
             "id": pid, "location": lease.location_id,
             "active": len(container.active_tasks) if container else 0,
@@ -57,6 +59,8 @@ def view(inputs: PageInputs) -> dict[str, Any]:
             "stateLag": sum(int(v) for v in lags.get(pid, {}).values()),
             "consumerLag": sum(int(v) for v in consumer.values()
                                if isinstance(v, int | float)),
+            # Kinesis: how far behind the shards' tips (the records are an estimate)
+            "behindMs": max(behind) if behind else None,
             "recordsPerSecond": s.get("recordsPerSecond", 0),
             "busy": s.get("busy"), "version": s.get("version"),
             "leaseLeft": max(0.0, lease.expires_at - inputs.now)})
@@ -83,6 +87,10 @@ def view(inputs: PageInputs) -> dict[str, Any]:
         "rebalances": [{"version": x.version, "reason": x.reason,
                         "ago": max(0.0, inputs.now - x.at),
                         "seconds": x.generation_seconds} for x in reversed(c.rebalances)],
+        "warmups": [{"task": task, "processor": pid, "lag": lags.get(pid, {}).get(task)}
+                    for task, pid in sorted(warm)[:MAX_PARTITION_ROWS]],
+        "warmupsLeftOut": max(0, len(warm) - MAX_PARTITION_ROWS),
+        "acceptableLag": c.config.assignment.acceptable_recovery_lag,
         "partitions": partitions[:MAX_PARTITION_ROWS],
         "partitionsLeftOut": max(0, len(partitions) - MAX_PARTITION_ROWS),
         "autosize": {"factor": r.elasticity_factor, "processors": r.processors,

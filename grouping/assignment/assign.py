@@ -126,10 +126,14 @@ def assign_tasks_traced(
         movements[w.names[u]] = w.pids[target[u]]
     if params.num_standbys > 0 and stateful_units:
         _place_standbys(w, stateful_units, active, target, standbys)
+    # a warm-up that doubles as a standby is still a warm-up: the probing rebalance
+    # that moves the active there waits for it to catch up (Probing.probe_if_warm)
+    doubled: list[tuple[int, int]] = []
     for u in moving:
         wanted = min(params.num_standbys, w.m - 1)
         if len(standbys.get(u, ())) < wanted:
             standbys.setdefault(u, []).append(target[u])  # the warm-up doubles as a standby
+            doubled.append((u, target[u]))
         elif budget > 0:
             budget -= 1
             warmups.add((u, target[u]))
@@ -174,7 +178,7 @@ def assign_tasks_traced(
     return AssignmentResult(
         containers,
         bool(moving) or standby_moves > 0,
-        frozenset((w.names[u], w.pids[j]) for u, j in warmups),
+        frozenset((w.names[u], w.pids[j]) for u, j in (*warmups, *doubled)),
         MappingProxyType(movements),
     ), AssignmentTrace(w.tasks, w.pids, active, w.group, w.is_stateful)
 

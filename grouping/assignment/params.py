@@ -45,7 +45,10 @@ class AssignmentParams:
 class AssignmentResult:
     """Container models for every live processor, and what the assignment still wants.
 
-    ``warmups`` are (active task, processor) pairs holding a warm-up standby copy.
+    ``warmups`` are (active task, processor) pairs holding a warm-up standby copy: an
+    extra copy, or one of the task's standbys placed on the processor its active should
+    move to (then counted among the standbys, not beyond them). Whenever a probing
+    rebalance is needed, some copy is a warm-up.
     ``movements`` maps stateful tasks whose active could not yet go to its balanced target
     (the target is not caught up) to that target processor.
     """

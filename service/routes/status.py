@@ -15,13 +15,15 @@ from service.auth import AuthFirstRoute
 from service.metrics import Metrics
 
 router = APIRouter(tags=["status"], route_class=AuthFirstRoute)
+MAX_LAGS_SHOWN = 200  # task lags per processor, and warm-ups, listed by /status
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 
 
 @router.get("/status")
 async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
-    """Leader, versions, barrier, processors, tasks per processor, lags, balance, and the
-    last rebalance's reason and time, and the state of inputs discovered from Kafka."""
+    """Leader, versions, barrier, processors (with the task lags they report), tasks per
+    processor, lags, balance, warm-ups and how far behind they are, the last rebalance's
+    reason and time, and the state of inputs discovered from Kafka or Kinesis."""
     latest, active, barrier = coordinator.latest, coordinator.active, coordinator.barrier
     live = coordinator.membership.live()
     lags = coordinator.membership.task_lags()
@@ -38,7 +40,14 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
             "activeTasks": active_count,
             "standbyTasks": standby_count,
             "stats": stats.get(pid, {}),
+            # the lags the leader weighs (KIP-441), the first ones by task name
+            "taskLags": dict(sorted(lags.get(pid, {}).items())[:MAX_LAGS_SHOWN]),
+            "taskLagsReported": len(lags.get(pid, {})),
         })
+    # copies placed to catch up before their task's active moves there: how far behind
+    # each one's processor says it is (null: nothing reported yet)
+    warmups = [{"taskName": task, "processorId": pid, "lag": lags.get(pid, {}).get(task)}
+               for task, pid in sorted(coordinator.warmups)[:MAX_LAGS_SHOWN]]
     lag_per_task: dict[str, int] = {}
     if latest is not None:
         owner = latest.memo("owners", lambda m: m.active_owner())  # not copied per call
@@ -67,6 +76,8 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
         "lagPerTask": lag_per_task,
         "balance": latest.memo("balance", balance) if latest else 0,
         "probingRebalanceWanted": coordinator.probing_wanted(),
+        "warmups": warmups,
+        "acceptableRecoveryLag": coordinator.config.assignment.acceptable_recovery_lag,
         "monitoredInputs": inputs,
         "lastRebalance": None if last is None else {
             "version": last.version, "reason": last.reason, "at": last.at,

@@ -151,7 +151,12 @@ def test_stateful_rules_hold(w: dict[str, Any], num_standbys: int, warmups: int,
 
     by_task = copies(result)
     warm = Counter(name for name, _ in result.warmups)
-    assert len(result.warmups) <= params.max_warmup_replicas
+    wanted = min(num_standbys, len(after) - 1)
+    # warm-ups beyond the standbys are bounded; those that double as standbys are not
+    assert sum(max(0, sum(1 for _, kind in by_task[t.name] if kind == "S") - wanted)
+               for t in tasks) <= params.max_warmup_replicas
+    # a warm-up is a standby copy of its task on its processor
+    assert all((pid, "S") in by_task[name] for name, pid in result.warmups)
     for t in tasks:
         holders = by_task[t.name]
         active_pid = next(pid for pid, kind in holders if kind == "A")
@@ -164,10 +169,39 @@ def test_stateful_rules_hold(w: dict[str, Any], num_standbys: int, warmups: int,
         if reported:
             rank = {pid: (0 if lag <= 100 else lag) for pid, lag in reported.items()}
             assert rank.get(active_pid) == min(rank.values()), (t.name, active_pid, rank)
-        wanted = min(num_standbys, len(after) - 1)
         assert wanted <= standby_count <= wanted + warm[t.name] + 1
     if result.probing_rebalance_needed:
         assert result.movements or num_standbys > 0
+        # what event-driven probing watches: probing wanted means warm-ups to watch
+        assert result.warmups
+
+
+def test_a_restarted_processor_holding_caught_up_standbys_is_a_warm_up_to_probe() -> None:
+    """The restart the issue found: A was killed and came back; B runs every active, A
+    holds every standby with lag 0. The balanced target moves half the actives to A, and
+    each of those standbys doubles as the warm-up: it must be known as one, or
+    event-driven probing (which watches warm-ups) never fires and A waits for the
+    10-minute timer."""
+    tasks = make_tasks(4, 2)
+    procs = {"A": "host-a", "B": "host-b"}
+    params = AssignmentParams(num_standbys=1)
+    previous = JobModel.of(1, {}, [
+        ContainerModel.of("A", "host-a", [t.with_mode(TaskMode.STANDBY, f"Standby-{t.name}-0")
+                                          for t in tasks]),
+        ContainerModel.of("B", "host-b", tasks)])
+    lags = {"A": dict.fromkeys((t.name for t in tasks), 0),
+            "B": dict.fromkeys((t.name for t in tasks), 0)}
+    # A's lags do not count yet (say, not reported): the actives stay on B
+    first = assign_tasks(tasks, procs, previous=previous, stateful=True, params=params,
+                         task_lags={"B": lags["B"]})
+    assert first.probing_rebalance_needed
+    assert first.warmups == {(name, "A") for name in first.movements}
+    assert len(first.warmups) == 4
+    # once A reports them caught up, the probing rebalance moves them
+    second = assign_tasks(tasks, procs, previous=as_job_model(first, 2), stateful=True,
+                          params=params, task_lags=lags)
+    assert not second.probing_rebalance_needed
+    assert len(second.containers["A"].active_tasks) == 4
 
 
 @given(st.integers(1, 8), st.sampled_from([1, 2, 4, 8]), st.integers(1, 6))
