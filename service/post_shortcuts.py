@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from coordinator.errors import CoordinatorError
 from service.errors import STATUS_BY_CODE, error_response
 from service.poll_shortcut import ASGIApp, Message, Receive, Scope, Send, worker_call
+from service.routes.processors import log_warnings
 from service.schemas import AckRequest, HeartbeatRequest
 
 _PROCESSORS = "/processors/"
@@ -111,8 +112,12 @@ async def _heartbeat(scope: Scope, coordinator: Any, processor_id: str,
         await coordinator.heartbeat(processor_id, token, request.task_lags, request.stats)
     except CoordinatorError:
         return None
+    log_warnings(processor_id, request.warnings)
     latest = coordinator.latest
-    return json.dumps({"jobModelVersion": latest.version if latest else None}).encode()
+    answer: dict[str, Any] = {"jobModelVersion": latest.version if latest else None}
+    if request.warnings:
+        answer["warnings"] = request.warnings
+    return json.dumps(answer).encode()
 
 
 async def _ack(scope: Scope, receive: Receive, send: Send, coordinator: Any, version: int,

@@ -13,9 +13,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictInt,
     TypeAdapter,
-    field_validator,
+    model_validator,
     with_config,
 )
 from pydantic.alias_generators import to_camel
@@ -83,40 +84,64 @@ MAX_LAG = 2**63 - 1  # lags are offsets: int64, like Kafka's
 MAX_TASK_NAME = 512
 MAX_STATS_BYTES = 64 * 1024
 MAX_STATS_DEPTH = 6
+MAX_WARNINGS = 10  # reasons a heartbeat answers with
 
 
 class HeartbeatRequest(Request):
     """``POST /processors/{id}/heartbeat``: state lag per task, autosizer stats.
 
-    Bounded at the edge, before anything is written: lags are int64 offsets, task names
-    at most 512 characters (lags of tasks the latest job model does not have are dropped
-    by the coordinator), and ``stats`` at most 64 KiB of JSON nested at most 6 deep, with
-    finite numbers (it is stored with the lease and served by ``/status``)."""
+    Bounded at the edge, field by field: one bad value must not cost a processor its
+    lease (a lease lost moves every task), so a heartbeat whose processor and token are
+    right always renews it, and what is out of bounds is left out with a reason
+    (:attr:`warnings`, answered and logged). Lags are int64 offsets: one above 2^63-1
+    counts as 2^63-1 (very far behind), a negative or non-integer one, or one of a task
+    name over 512 characters, is dropped (unknown: not caught up); lags of tasks the
+    latest job model does not have are dropped by the coordinator. ``stats`` at most
+    64 KiB of JSON nested at most 6 deep, with finite numbers (it is stored with the
+    lease and served by ``/status``), or it is dropped whole (the last good stats
+    stand)."""
 
-    task_lags: dict[Annotated[str, Field(max_length=MAX_TASK_NAME)], StrictInt] | None = None
+    task_lags: dict[str, Any] | None = None
     stats: dict[str, Any] | None = None
+    _warnings: list[str] = PrivateAttr(default_factory=list)
 
-    @field_validator("task_lags")
-    @classmethod
-    def _lags_in_range(cls, value: dict[str, int] | None) -> dict[str, int] | None:
-        if value is not None:
-            for task, lag in value.items():
-                if not 0 <= lag <= MAX_LAG:
-                    raise ValueError(f"lag of task {task!r} must be within 0..2^63-1, "
-                                     f"got {str(lag)[:40]}")
-        return value
+    @property
+    def warnings(self) -> list[str]:
+        """What was left out or clamped, and why (at most ``MAX_WARNINGS``)."""
+        return self._warnings
 
-    @field_validator("stats")
-    @classmethod
-    def _stats_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        _check_stats(value, 1)
-        size = len(json.dumps(value, separators=(",", ":")))
-        if size > MAX_STATS_BYTES:
-            raise ValueError(f"stats must be at most {MAX_STATS_BYTES} bytes of JSON, "
-                             f"got {size}")
-        return value
+    @model_validator(mode="after")
+    def _bounded(self) -> HeartbeatRequest:
+        warnings: list[str] = []
+        if self.task_lags is not None:
+            kept: dict[str, int] = {}
+            for task, lag in self.task_lags.items():
+                name = repr(task[:60])
+                if len(task) > MAX_TASK_NAME:
+                    warnings.append(f"lag of task {name}...: names are at most "
+                                    f"{MAX_TASK_NAME} characters; dropped")
+                elif isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+                    warnings.append(f"lag of task {name} must be an integer within "
+                                    f"0..2^63-1, got {str(lag)[:40]}; dropped")
+                elif lag > MAX_LAG:
+                    warnings.append(f"lag of task {name} above 2^63-1 "
+                                    f"({str(lag)[:40]}...); counted as 2^63-1")
+                    kept[task] = MAX_LAG
+                else:
+                    kept[task] = lag
+            self.task_lags = kept
+        if self.stats is not None:
+            try:
+                _check_stats(self.stats, 1)
+                size = len(json.dumps(self.stats, separators=(",", ":")))
+                if size > MAX_STATS_BYTES:
+                    raise ValueError(f"stats must be at most {MAX_STATS_BYTES} bytes of "
+                                     f"JSON, got {size}")
+            except (ValueError, RecursionError) as e:
+                warnings.append(f"{e}; stats dropped")
+                self.stats = None
+        self._warnings = warnings[:MAX_WARNINGS]
+        return self
 
 
 def _check_stats(value: Any, depth: int) -> None:
@@ -135,6 +160,13 @@ class VersionResponse(Response):
     """The latest job model version (None before the first)."""
 
     job_model_version: int | None
+
+
+class HeartbeatResponse(VersionResponse):
+    """A heartbeat's answer: the latest version, and what of the heartbeat was left out
+    or clamped, and why (absent when nothing was)."""
+
+    warnings: list[str] | None = None
 
 
 class ProcessorView(Response):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -14,13 +15,14 @@ from service.errors import ApiError
 from service.schemas import (
     ErrorBody,
     HeartbeatRequest,
+    HeartbeatResponse,
     ProcessorView,
     RegisterRequest,
     RegisterResponse,
-    VersionResponse,
 )
 from service.settings import Settings
 
+log = logging.getLogger("coxswain.processors")
 router = APIRouter(tags=["processors"], route_class=AuthFirstRoute)
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
 LeaseToken = Annotated[str | None, Header(
@@ -52,15 +54,25 @@ async def register(
 
 
 @router.post("/processors/{processor_id}/heartbeat", dependencies=[Depends(require_worker)],
-             responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+             responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+             response_model_exclude_none=True)
 async def heartbeat(
     processor_id: str, body: HeartbeatRequest, coordinator: Coord, token: LeaseToken = None,
-) -> VersionResponse:
+) -> HeartbeatResponse:
     """Renew the lease; report task lags and stats. 404 once the lease expired; 409
-    ``fenced`` with the token of an earlier registration."""
+    ``fenced`` with the token of an earlier registration. Lags or stats out of bounds
+    are left out (or clamped) and named in ``warnings``: the lease is renewed."""
     await coordinator.heartbeat(processor_id, token, body.task_lags, body.stats)
+    log_warnings(processor_id, body.warnings)
     latest = coordinator.latest
-    return VersionResponse(job_model_version=latest.version if latest else None)
+    return HeartbeatResponse(job_model_version=latest.version if latest else None,
+                             warnings=body.warnings or None)
+
+
+def log_warnings(processor_id: str, warnings: list[str]) -> None:
+    """Log what a heartbeat left out (a worker sending bad values is a bug to see)."""
+    if warnings:
+        log.warning("heartbeat of %s: %s", processor_id, "; ".join(warnings))
 
 
 @router.delete("/processors/{processor_id}", status_code=204,
