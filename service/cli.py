@@ -359,6 +359,7 @@ def _worker(args: argparse.Namespace) -> None:
         task_api,
         warm_python_workers,
     )
+    from worker.state.blobs import BlobStoreOptions
     from worker.state.tasks import StateConfig
 
     configure(json_lines=False, level=args.log_level)
@@ -376,10 +377,16 @@ def _worker(args: argparse.Namespace) -> None:
             raise SystemExit("coxswain: --blob-gc-grace-s must be positive: blobs of a "
                              "backup still uploading are kept for that long")
         state_dir = Path(args.state_dir).resolve()
+        try:
+            blob_options = BlobStoreOptions(
+                args.blob_store_timeout_ms / 1000, args.blob_store_connect_timeout_ms / 1000,
+                args.blob_store_retries, args.blob_store_retry_timeout_ms / 1000)
+        except ValueError as e:
+            raise SystemExit(f"coxswain: {e}") from None
         state = StateConfig(state_dir, args.blob_store
                             or f"file://{state_dir.parent / 'coxswain-blobs'}",
                             args.blob_store_endpoint, args.blob_gc_interval_s,
-                            args.blob_gc_grace_s)
+                            args.blob_gc_grace_s, blob_options)
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
@@ -495,7 +502,9 @@ def parser() -> argparse.ArgumentParser:
                    "$COXSWAIN_WORKER_TOKEN)")
     w.add_argument("--spark-master", default="local[2]", help="Spark master URL")
     w.add_argument("--max-offsets-per-trigger", type=int,
-                   help="Kafka records per micro-batch (default: no limit)")
+                   help="records per micro-batch: in all on Kafka (split across "
+                        "partitions; default: no limit), per shard on Kinesis (default: "
+                        "10000)")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
     w.add_argument("--stateful", action="store_true",
@@ -507,6 +516,17 @@ def parser() -> argparse.ArgumentParser:
                    "backups (default: file://<state dir>/../coxswain-blobs)")
     w.add_argument("--blob-store-endpoint", help="an S3-compatible service's URL "
                    "(credentials from the usual AWS variables)")
+    w.add_argument("--blob-store-timeout-ms", type=int, default=60_000,
+                   help="longest one blob store request may take (an upload, or one "
+                        "part of a multipart one)")
+    w.add_argument("--blob-store-connect-timeout-ms", type=int, default=5_000,
+                   help="longest a connection to the blob store may take to open")
+    w.add_argument("--blob-store-retries", type=int, default=3,
+                   help="retries of one failed blob store request (5xx, connection "
+                        "errors, timeouts) before its commit fails; a failed commit is "
+                        "tried again with backoff until the store is back")
+    w.add_argument("--blob-store-retry-timeout-ms", type=int, default=30_000,
+                   help="no retry of one request begins after this")
     w.add_argument("--blob-gc-interval-s", type=float, default=600.0,
                    help="how often the collecting processor deletes blobs no retained "
                         "checkpoint needs (0: never)")

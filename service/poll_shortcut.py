@@ -21,6 +21,7 @@ from urllib.parse import parse_qs
 
 from coordinator.barrier import BarrierState
 from service.auth import token_allowed
+from service.errors import error_response
 from service.routes.jobmodel import poll
 
 Scope = MutableMapping[str, Any]
@@ -164,6 +165,9 @@ async def _answer_poll(scope: Scope, receive: Receive, send: Send,
     answer = await poll(state.coordinator, state.settings.max_wait_ms, request.processor_id,
                         request.since, request.since, request.wait_ms, request.barrier,
                         request.token, disconnected)
+    if answer.error is not None:  # the lease token refused
+        await error_response(answer.status, *answer.error)(scope, receive, send)
+        return
     # ``since`` is always given here, so "no job model yet" is a 304, never the route's 404
     assert answer.status != 404
     headers: list[tuple[bytes, bytes]] = []

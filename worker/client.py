@@ -33,6 +33,14 @@ class LeaseLost(CoordinatorError):
     """404 ``unknown_processor``: the lease expired; stop processing and register again."""
 
 
+def _code_of(r: httpx.Response) -> str | None:
+    """The error code of an error answer (None when it has no JSON body)."""
+    try:
+        return str(r.json().get("error"))
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Registration:
     """What ``POST /processors`` answered."""
@@ -169,9 +177,11 @@ class CoordinatorClient:
         # its connection closing (a killed worker's) as a sign of death
         r = self._call("GET", "/jobmodel", params=params, headers=self._lease(),
                        timeout=httpx.Timeout(self._timeout_s + wait_ms / 1000, connect=5.0))
-        if r.status_code in (304, 404) and (r.status_code == 304 or since is None):
+        if r.status_code == 304:
             return None
-        self._raise(r)
+        if r.status_code == 404 and since is None and _code_of(r) == "no_job_model":
+            return None
+        self._raise(r)  # LeaseLost on 404 unknown_processor: this lease is gone
         return dict(r.json())
 
     def ack(self, processor_id: str, version: int) -> str:

@@ -2,98 +2,184 @@
 snapshotted synchronously, then uploaded by a background thread while the next batch runs.
 
 A commit still uploading when the next is due defers that next one (offsets being
-monotonic, the newest covers every older one, state snapshots included) while within
-``max_delay_s``; beyond it, processing waits. The deferred commit is never dropped: it is
-uploaded when the one in flight ends, and :meth:`AsyncCommitter.flush` (a hand-over)
-returns only once the newest commit is acknowledged, or the next owner would reprocess a
-batch whose output this worker already wrote.
+monotonic, the newest covers every older one, state snapshots included) while the
+oldest commit not yet acknowledged is younger than ``max_delay_s``; beyond it, processing
+waits. The deferred commit is never dropped: it is uploaded when the one in flight ends,
+and :meth:`AsyncCommitter.flush` (a hand-over) returns only once the newest commit is
+acknowledged, or the next owner would reprocess a batch whose output this worker
+already wrote.
+
+A failed upload fails that commit only (a blob store or the coordinator unreachable: any
+error but the coordinator's refusal): it is tried again with backoff, as the newest
+commit at that moment, until it succeeds; nothing committed changes meanwhile, and the
+first commit after the outage covers everything since. The coordinator's refusals
+(``CoordinatorError``: fenced, lease lost) end the committer: they surface to the next
+:meth:`submit` or :meth:`flush`, and nothing after them is sent.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
+
+from worker.client import CoordinatorError
 
 log = logging.getLogger("coxswain.worker")
 
 Upload = Callable[[int, dict[str, Any], "str | None"], int]
 
 
-class AsyncCommitter:
-    """Uploads commits in the background, at most one at a time, newest last."""
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    seq: int  # order of submission
+    since: float  # when the oldest commit it covers was submitted (monotonic)
+    version: int
+    checkpoints: dict[str, Any]
+    checkpoint_id: str | None
 
-    def __init__(self, upload: Upload, max_delay_s: float) -> None:
+
+class AsyncCommitter:
+    """Uploads commits in a background thread, at most one at a time, newest last,
+    retrying failed ones."""
+
+    def __init__(self, upload: Upload, max_delay_s: float, *, retry_base_s: float = 0.2,
+                 retry_max_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._upload = upload
         self._max_delay_s = max_delay_s
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="commit")
-        self._lock = threading.RLock()  # a done future runs its callback at once
-        self._pending: Future[int] | None = None
-        self._pending_since = 0.0
-        # the newest commit not yet handed to the upload thread
-        self._deferred: tuple[int, dict[str, Any], str | None] | None = None
+        self._retry_base_s, self._retry_max_s = retry_base_s, retry_max_s
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._newest: _Commit | None = None  # not yet handed to the upload
+        self._in_flight: _Commit | None = None
+        self._acked = 0  # seq of the last acknowledged commit
+        self._seq = 0
+        self._error: CoordinatorError | None = None  # a refusal: the committer is over
+        self._closed = False
+        self._backing_off = False  # after a failed upload, until its retry
         self.skipped = 0  # commits superseded by a newer one before their upload
+        self.failures = 0  # failed uploads (each tried again)
+        self.last_failure: str | None = None  # the last one's reason, while it lasts
+        self._thread = threading.Thread(target=self._run, name="commit", daemon=True)
+        self._thread.start()
 
     def submit(self, version: int, checkpoints: dict[str, Any],
                checkpoint_id: str | None = None) -> None:
         """Upload ``checkpoints``: now if no upload runs, else once it ends (replacing any
-        commit already waiting); beyond the delay, wait for the one in flight first.
-        Raises what a finished upload raised (``Fenced``)."""
+        commit already waiting); while the oldest unacknowledged commit is older than the
+        delay, wait until it is acknowledged. Raises the coordinator's refusal of an
+        earlier commit (``Fenced``, ``LeaseLost``)."""
         if not checkpoints:
             return
-        with self._lock:
-            pending = self._pending
-            if pending is not None and not pending.done():
-                if time.monotonic() - self._pending_since < self._max_delay_s:
-                    if self._deferred is not None:
-                        self.skipped += 1
-                    self._deferred = (version, checkpoints, checkpoint_id)
-                    return
-                log.warning("commit delayed beyond %.0fs: processing waits for it",
-                            self._max_delay_s)
-        if pending is not None:
-            pending.result()  # waits if overdue; surfaces Fenced from the previous upload
-        with self._lock:
-            if self._deferred is not None:
-                self.skipped += 1  # this newer commit covers the deferred one
-                self._deferred = None
-            self._start(version, checkpoints, checkpoint_id)
-
-    def _start(self, version: int, checkpoints: dict[str, Any],
-               checkpoint_id: str | None) -> None:
-        self._pending_since = time.monotonic()
-        future = self._pool.submit(self._upload, version, checkpoints, checkpoint_id)
-        self._pending = future
-        future.add_done_callback(self._uploaded)
-
-    def _uploaded(self, future: Future[int]) -> None:
-        """Upload the deferred commit as soon as the previous upload succeeded."""
-        if future.cancelled() or future.exception() is not None:
-            return  # surfaced by the next submit or flush; the deferred one waits
-        with self._lock:
-            if self._pending is future and self._deferred is not None:
-                deferred, self._deferred = self._deferred, None
-                self._start(*deferred)
-
-    def flush(self) -> None:
-        """Wait until the newest commit is acknowledged (raises what an upload raised)."""
-        while True:
-            with self._lock:
-                pending = self._pending
-            if pending is None:
+        with self._cond:
+            self._raise_error()
+            oldest = self.unacknowledged_since()
+            before = self._seq
+            since = self._clock()
+            if self._newest is not None:  # not sent yet: this one covers it
+                self.skipped += 1
+                since = self._newest.since
+            self._seq += 1
+            commit = _Commit(self._seq, since, version, checkpoints, checkpoint_id)
+            if self._in_flight is None and not self._backing_off:
+                self._in_flight, self._newest = commit, None  # the thread is idle: now
+            else:
+                self._newest = commit
+            self._cond.notify_all()
+            if oldest is None or self._clock() - oldest < self._max_delay_s:
                 return
-            pending.result()
-            with self._lock:
-                if self._pending is pending:
-                    if self._deferred is None:
-                        return
-                    # the callback has not run yet (or lost a race): upload it here
-                    deferred, self._deferred = self._deferred, None
-                    self._start(*deferred)
+            log.warning("commit delayed beyond %.0fs%s: processing waits for it",
+                        self._max_delay_s,
+                        f" ({self.last_failure})" if self.last_failure else "")
+            while self._acked < before and self._error is None and not self._closed:
+                self._cond.wait()
+            self._raise_error()
 
-    def close(self) -> None:
-        """Stop the upload thread."""
-        self._pool.shutdown(wait=True)
+    def unacknowledged_since(self) -> float | None:
+        """When the oldest commit not yet acknowledged was submitted (monotonic)."""
+        with self._cond:
+            found = [c.since for c in (self._in_flight, self._newest) if c is not None]
+            return min(found) if found else None
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until the newest commit is acknowledged (raises the coordinator's refusal
+        of it); False when ``timeout_s`` passed first (it is still being tried)."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        with self._cond:
+            while (self._newest is not None or self._in_flight is not None) \
+                    and self._error is None:
+                left = None if deadline is None else deadline - self._clock()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            self._raise_error()
+            return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the upload thread: commits not yet sent are dropped (an upload under way
+        may still end, and is then acknowledged: commits are monotonic and fenced)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        failed_in_row = 0
+        while True:
+            with self._cond:
+                while self._in_flight is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                commit = self._in_flight
+                assert commit is not None
+            try:
+                self._upload(commit.version, commit.checkpoints, commit.checkpoint_id)
+            except CoordinatorError as e:  # the coordinator's word: nothing more to send
+                with self._cond:
+                    self._error, self._in_flight, self._newest = e, None, None
+                    self._cond.notify_all()
+                return
+            except Exception as e:  # a dependency down: try again
+                failed_in_row += 1
+                self._back_off(commit, e, failed_in_row)
+                continue
+            with self._cond:
+                if failed_in_row:
+                    log.info("commit of version %d done after %d failed attempts",
+                             commit.version, failed_in_row)
+                failed_in_row = 0
+                self.last_failure = None
+                self._acked = commit.seq
+                self._in_flight, self._newest = self._newest, None  # the next, if any
+                self._cond.notify_all()
+
+    def _back_off(self, commit: _Commit, error: Exception, failed_in_row: int) -> None:
+        """After a failed upload: wait, then try the newest commit (this one, or a newer
+        one submitted meanwhile, which covers it and is as old as it now)."""
+        delay = random.uniform(0.5, 1.0) * min(
+            self._retry_max_s, self._retry_base_s * 2 ** (failed_in_row - 1))
+        with self._cond:
+            self.failures += 1
+            self.last_failure = f"{type(error).__name__}: {str(error)[:300]}"
+            log.warning("commit of version %d failed (%s); trying again in %.1fs",
+                        commit.version, self.last_failure, delay)
+            self._in_flight, self._backing_off = None, True
+            if self._newest is None:
+                self._newest = commit
+            else:
+                self.skipped += 1
+                self._newest = replace(self._newest, since=commit.since)
+            self._cond.wait(delay)  # close() wakes it
+            self._backing_off = False
+            self._in_flight, self._newest = self._newest, None
+            self._cond.notify_all()

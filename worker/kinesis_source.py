@@ -72,6 +72,10 @@ class ShardReader:
         self._endings = dict(endings)  # shard -> ending sequence number, when known
         self._sleep = sleep
         self._iterators: dict[int, tuple[str, str]] = {}  # shard -> (offset, iterator)
+        # the backlog, per shard: how far the last read is behind the shard's tip
+        # (GetRecords' MillisBehindLatest) and the records/s that arrived in what it read
+        self.behind_ms: dict[int, int] = {}
+        self.arrival_rate: dict[int, float] = {}
 
     def read(self, partition: int, start: str, limit: int, until: int | None = None
              ) -> ShardRead:
@@ -95,6 +99,8 @@ class ShardReader:
                 self._iterators.pop(partition, None)
                 iterator = self._iterator(partition, offset)
                 continue
+            if until is None:  # a replay reads the past: no backlog measure
+                self._measure(partition, out)
             for r in out["Records"]:
                 seq = int(r["SequenceNumber"])
                 if until is not None and seq >= until:
@@ -111,10 +117,36 @@ class ShardReader:
         if iterator is not None:
             return ShardRead(rows, offset, False)
         self._iterators.pop(partition, None)
+        self.behind_ms[partition] = 0  # ended: nothing behind
         ending = self._ending(partition)
         rows.append((None, None, self._stream, partition, shard_id(partition), str(ending),
                      offset_key(ending), None, True))
         return ShardRead(rows, str(ending + 1), True)
+
+    def _measure(self, partition: int, page: Mapping[str, Any]) -> None:
+        """The backlog of ``partition`` after reading ``page``."""
+        behind = page.get("MillisBehindLatest")
+        if behind is not None:
+            self.behind_ms[partition] = int(behind)
+        stamps = [r["ApproximateArrivalTimestamp"] for r in page["Records"]
+                  if r.get("ApproximateArrivalTimestamp") is not None]
+        if len(stamps) >= 2:
+            span = (max(stamps) - min(stamps)).total_seconds()
+            if span > 0:
+                self.arrival_rate[partition] = (len(stamps) - 1) / span
+
+    def backlog(self, partition: int) -> dict[str, int]:
+        """``millisBehindLatest`` of the last read of ``partition``, and the records that
+        are behind as estimated from it and the rate records arrived at in what was read
+        (Kinesis tells no count)."""
+        behind = self.behind_ms.get(partition)
+        if behind is None:
+            return {}
+        out = {"millisBehindLatest": behind}
+        rate = self.arrival_rate.get(partition)
+        if rate is not None or behind == 0:
+            out["recordsBehind"] = round((rate or 0.0) * behind / 1000)
+        return out
 
     def _iterator(self, partition: int, start: str) -> str | None:
         cached = self._iterators.get(partition)
@@ -247,6 +279,15 @@ class KinesisStreamReader(DataSourceStreamReader):
                 self._kept[(int(p), offset, got.next_offset)] = got.rows
             end[p] = got.next_offset
         return end
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:  # noqa: N802
+        """The backlog per shard, in the query's progress (``sources[0].latestOffset``):
+        what the worker reports as each task's consumer lag (Kinesis tells no shard's
+        latest sequence number, so this is the backlog, not an offset)."""
+        if self._shard_reader is None:
+            return None
+        return {p: found for p in self._shards
+                if (found := self._shard_reader.backlog(int(p)))}
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[ShardRange]:
         return [ShardRange(int(p), offset, end[p], self._kept.pop((int(p), offset, end[p]),

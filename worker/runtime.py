@@ -53,6 +53,8 @@ from worker.state.tasks import (
 log = logging.getLogger("coxswain.worker")
 
 WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
+MAX_LAG = 2**63 - 1  # what a lag may be (int64, as the coordinator takes them)
+RESTORE_RETRY_MAX_S = 10.0  # the longest wait between two tries of a failed restore
 
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "keyBucket",
            "taskName")
@@ -240,11 +242,15 @@ class Worker:
         self._stop.set()
 
     def run(self) -> None:
-        """Register and process until stopped."""
+        """Register and process until stopped. A lost lease (found by any request: a
+        heartbeat, poll, ack or commit) or a fenced commit ends processing under that
+        lease, never the worker: it registers again, with the same id, and carries on."""
         while not self._stop.is_set():
-            reg = self._client.register(self.config.processor_id, self.config.location)
+            reg = self._client.register(self.processor_id or self.config.processor_id,
+                                        self.config.location)
             self.processor_id = reg.processor_id
             self._lease_lost.clear()
+            self._fenced.clear()
             log.info("registered as %s at %s", self.processor_id, self.config.location)
             beat = threading.Thread(target=self._heartbeat,
                                     args=(reg.heartbeat_interval_ms / 1000,), daemon=True)
@@ -256,6 +262,8 @@ class Worker:
                 keeper.start()
             try:
                 self._follow()
+            except (LeaseLost, Fenced) as e:  # an ack's or poll's answer
+                log.error("lease lost (%s): stopping processing and registering again", e)
             finally:
                 self._lease_lost.set()  # ends the heartbeat thread
                 self._beat_now.set()
@@ -276,7 +284,9 @@ class Worker:
             if self._lease_lost.is_set():
                 return
             try:
-                lags = dict(self._lags) if self._states else None
+                # int64 offsets or milliseconds; never more (the coordinator would clamp)
+                lags = ({t: min(max(0, lag), MAX_LAG) for t, lag in self._lags.items()}
+                        if self._states else None)
                 stats = dict(self._stats)
                 if stats:  # after the first batch: how busy since (0 when idle)
                     stats["busy"] = round(self._busy.share(time.monotonic()), 3)
@@ -446,11 +456,16 @@ class Worker:
             log.info("version %d: no active tasks here", plan.version)
             return None
         states = self._states
-        if states is not None:  # every task starts from its committed snapshot
-            states.restore({n: checkpoints.get(n, {}) for n in names})
+        starting = sorted({s.task for s in plan.starts})
+        if states is not None and not self._restore(  # each from its committed snapshot
+                states, model["version"], {n: checkpoints.get(n, {}) for n in starting},
+                set(names)):
+            return None  # a newer version came meanwhile, or the worker is stopping
         self._active = names
 
         def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+            # a failure here (the blob store or the coordinator down) fails this commit
+            # only: the committer tries again, and the newest then covers everything
             if states is not None and checkpoint_id is not None:
                 cps = states.back_up(checkpoint_id, cps)
             advanced = self._client.commit(self.processor_id, version, cps)
@@ -497,6 +512,9 @@ class Worker:
                         except Fenced as e:
                             log.error("fenced: %s; stopping this query", e)
                             self._fenced.set()
+                        except LeaseLost as e:
+                            log.error("lease lost (%s): stopping this query", e)
+                            self._lease_lost.set()
                 finally:
                     batch.unpersist()
                 took = time.monotonic() - started
@@ -506,8 +524,13 @@ class Worker:
                     "batchSeconds": round(took, 3), "version": plan.version,
                     "recordsPerSecond": round(read / took, 1) if took > 0 else 0.0,
                     "commitsSkipped": committer.skipped,
+                    "commitFailures": committer.failures,
+                    "commitPendingSeconds": _age(committer.unacknowledged_since()),
                     "triggerSeconds": self.config.trigger_interval_s,
                     "consumerLag": _consumer_lag(plan, self._committed, holder)}
+                if plan.system == "kinesis":  # and how far behind the shards' tips
+                    self._stats["consumerLagMs"] = _consumer_lag(
+                        plan, self._committed, holder, "ms")
                 if states is not None:
                     self._stats["stateRestores"] = {
                         t: states.restores[t] for t in names if t in states.restores}
@@ -523,6 +546,26 @@ class Worker:
         log.info("version %d: query over %s from %s", plan.version, plan.assign(),
                  plan.starting_offsets())
         return plan, (query, committer)
+
+    def _restore(self, states: TaskStates, version: int,
+                 checkpoints: dict[str, Any], keep: set[str]) -> bool:
+        """Restore the state of the tasks about to start; a failure (the blob store
+        unreachable) is tried again with backoff, never fatal, while watching for a
+        newer job model (False: one came, this start is off) and a stop."""
+        delay = 0.5
+        while not self._done():
+            try:
+                states.restore(checkpoints, keep)
+                return True
+            except Exception as e:  # a dependency down: try again
+                log.warning("version %d: restoring state failed (%s: %s); trying again "
+                            "in %.1fs", version, type(e).__name__, str(e)[:300], delay)
+            if self._client.job_model(self.processor_id, since=version,
+                                      wait_ms=int(delay * 1000)) is not None:
+                log.info("version %d: a newer version came while restoring", version)
+                return False
+            delay = min(RESTORE_RETRY_MAX_S, delay * 2)
+        return False
 
     def _source(self, plan: QueryPlan) -> DataFrame:
         """The streaming DataFrame of ``plan``'s partitions, from their starts."""
@@ -557,24 +600,53 @@ class Worker:
         with self._batch_lock:  # the batch in flight (if any) ends first
             pass
         try:
-            committer.flush()
+            if not committer.flush(self.config.max_commit_delay_s):
+                # (its blob store or the coordinator down): the next owner starts from
+                # the last commit that went through, state and offsets alike
+                log.error("version %d: last commit not done within %.0fs (%s); handing "
+                          "over without it", plan.version, self.config.max_commit_delay_s,
+                          committer.last_failure)
         except Fenced as e:
             log.error("last commit of version %d fenced: %s", plan.version, e)
+        except LeaseLost as e:
+            log.error("last commit of version %d: lease lost (%s)", plan.version, e)
         query.stop()
         committer.close()
         log.info("version %d: stopped after its last commit", plan.version)
 
 
+def _age(since: float | None) -> float:
+    """Seconds since ``since`` (monotonic), 0 for none."""
+    return 0.0 if since is None else round(time.monotonic() - since, 3)
+
+
 def _consumer_lag(plan: QueryPlan, committed: dict[tuple[str, int], int],
-                  holder: list[Any]) -> dict[str, int]:
-    """Per task: the partition's latest offset (as the query last saw it) minus the next
-    offset committed for it, for the autosizer."""
+                  holder: list[Any], unit: str = "records") -> dict[str, int]:
+    """Per task, for the autosizer: the partition's latest offset (as the query last saw
+    it) minus the next offset committed for it. Kinesis knows no latest offset: its
+    source reports each shard's backlog instead (``KinesisStreamReader.
+    reportLatestOffset``): ``unit`` "records" (estimated) or "ms" (behind the tip)."""
     progress = holder[0].lastProgress if holder else None
-    if not progress or not progress.get("sources") or plan.system != "kafka":
-        return {}  # (the Kinesis source knows no stream end to measure a backlog against)
+    if not progress or not progress.get("sources"):
+        return {}
     latest = progress["sources"][0].get("latestOffset") or {}
     if isinstance(latest, str):
         latest = json.loads(latest)
+    if plan.system == "kinesis":
+        key = "recordsBehind" if unit == "records" else "millisBehindLatest"
+        behind: dict[str, int] = {}
+        for s in plan.starts:
+            found = (latest.get(str(s.partition)) or {}).get(key)
+            if found is None:
+                continue
+            # a key bucket's records are its share of the shard's (keys spread evenly),
+            # summed over a task's shards; milliseconds: the shard furthest behind
+            if unit == "records":
+                share = int(found) // plan.factor if s.key_bucket >= 0 else int(found)
+                behind[s.task] = behind.get(s.task, 0) + share
+            else:
+                behind[s.task] = max(behind.get(s.task, 0), int(found))
+        return behind
     lag: dict[str, int] = {}
     for s in plan.starts:
         end = latest.get(s.topic, {}).get(str(s.partition))

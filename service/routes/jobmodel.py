@@ -11,6 +11,7 @@ from typing import Annotated, NamedTuple
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from coordinator.barrier import BarrierState
+from coordinator.errors import CoordinatorError, Fenced, UnknownProcessor
 from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel
 from grouping.serde import ContainerJson, container_texts, containers_json
@@ -58,6 +59,8 @@ async def get_job_model(
 
     answer = await poll(coordinator, settings.max_wait_ms, processor_id, known, since,
                         wait_ms, barrier, token, disconnected)
+    if answer.error is not None:
+        raise ApiError(answer.status, *answer.error)
     if answer.status == 404:
         raise ApiError(404, NO_JOB_MODEL, NO_JOB_MODEL_DETAIL)
     headers = None if answer.etag is None else {"ETag": answer.etag}
@@ -72,11 +75,14 @@ NO_JOB_MODEL_DETAIL = "no job model has been generated yet"
 
 class PollAnswer(NamedTuple):
     """What a job model request gets: 200 with ``body``, 304, 404 (no job model) or 499
-    (its own long poll closed: nobody reads it); ``etag`` is the version's ETag."""
+    (its own long poll closed: nobody reads it); ``etag`` is the version's ETag. With
+    ``error`` (code, detail): the processor's lease token is refused (404
+    ``unknown_processor``, 409 ``fenced``)."""
 
     status: int
     body: bytes = b""
     etag: str | None = None
+    error: tuple[str, str] | None = None
 
 
 async def poll(
@@ -90,6 +96,10 @@ async def poll(
     the caller's connection closes."""
     if processor_id is not None:
         coordinator.poll_seen(processor_id)
+        if token is not None and not coordinator.membership.holds(processor_id, token):
+            refused = await _lease_refused(coordinator, processor_id, token)
+            if refused is not None:
+                return refused
     if wait_ms:
         waiting = coordinator.wait_for_change(known, barrier, min(wait_ms, max_wait_ms) / 1000)
         if processor_id is None or token is None or not _holds_lease(
@@ -118,6 +128,23 @@ async def poll(
         containers = "{}" if one is None else "{" + json.dumps(processor_id) + ":" + one + "}"
     body = (rendered.head + json.dumps(state.value) + rendered.config + containers + "}")
     return PollAnswer(200, body.encode(), etag)
+
+
+async def _lease_refused(coordinator: Coordinator, processor_id: str, token: str
+                         ) -> PollAnswer | None:
+    """A processor's own poll whose lease this replica does not hold as given: asked of
+    the store (a registration through another replica is there), and answered as a
+    heartbeat would be when the lease is gone (404) or another incarnation's (409), so a
+    worker learns it lost its lease from its poll as from any request. A store that
+    cannot say does not hold up the poll."""
+    try:
+        await asyncio.to_thread(coordinator.membership.require, processor_id, token)
+    except (UnknownProcessor, Fenced) as e:
+        return PollAnswer(404 if isinstance(e, UnknownProcessor) else 409,
+                          error=(e.code, str(e)))
+    except CoordinatorError:
+        return None
+    return None
 
 
 def _holds_lease(coordinator: Coordinator, processor_id: str, token: str) -> bool:

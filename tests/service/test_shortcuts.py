@@ -41,8 +41,11 @@ def test_heartbeats_renew_and_refusals_are_the_routes(start_server: StartServer)
         assert (r.status_code, r.json()["error"]) == (404, "unknown_processor")
         r = c.post(path, content=b"", headers=lease)
         assert r.status_code == 422, r.text
+        # a bad lag is left out, with its reason: the lease is kept (both ways alike)
         r = c.post(path, json={"taskLags": {"Partition 0": -1}}, headers=lease)
-        assert r.status_code == 422, r.text
+        assert r.status_code == 200 and "dropped" in r.json()["warnings"][0], r.text
+        assert "Partition 0" not in c.get("/status").json()["lagPerTask"]
+        assert w1.heartbeat({"Partition 0": 7}).status_code == 200
         r = c.post(path, json={"unknown": 1}, headers=lease)
         assert r.status_code == 422, r.text
         # a JSON text sent as another content type is not read as JSON by the route
@@ -185,3 +188,27 @@ def test_which_polls_the_shortcut_answers() -> None:
     assert not taken(b"processorId=w1&since=3", (b"content-length", b"2"))
     scope = {"app": app, "query_string": b"processorId=w1&since=3", "headers": []}
     assert _processor_poll(scope) is None  # no worker token: the route's 401
+
+
+def test_a_poll_with_a_lost_or_replaced_lease_is_refused_as_a_heartbeat_would_be(
+    start_server: StartServer,
+) -> None:
+    """A worker learns it lost its lease from its own poll too (its lease token no longer
+    names a live lease): 404 unknown_processor; another incarnation's token: 409 fenced.
+    Both ways, the shortcut (``since``) and the route (none)."""
+    server = start_server(*ARGS)
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=10) as c:
+        w1, model = joined(c, "w1", "host-a")
+        old = SimWorker.lease_of("w1")
+        params = {"processorId": "w1", "since": model["version"], "waitMs": 10}
+        assert c.get("/jobmodel", params=params, headers=old).status_code == 304
+        assert w1.register().status_code == 200  # a new incarnation: a new token
+        for query in (params, {"processorId": "w1"}):
+            r = c.get("/jobmodel", params=query, headers=old)
+            assert (r.status_code, r.json()["error"]) == (409, "fenced"), r.text
+        assert w1.leave().status_code == 204
+        for query in (params, {"processorId": "w1"}):
+            r = c.get("/jobmodel", params=query, headers=SimWorker.lease_of("w1"))
+            assert (r.status_code, r.json()["error"]) == (404, "unknown_processor"), r.text
+            # without a lease token it is anyone's read of the job model
+            assert c.get("/jobmodel", params=query).status_code in (200, 304)

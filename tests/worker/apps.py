@@ -71,3 +71,18 @@ def kinesis_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
                               "shard": int(p), "sequenceNumber": s})
                   for k, v, p, s in zip(rows["key"], rows["value"], rows["partition"],
                                         rows["sequenceNumber"], strict=True)]})
+
+
+def kinesis_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``count_task`` over Kinesis records: per key a counter in state; one output row
+    per record with (key, seq, count, shard). count == seq + 1 across reshards."""
+    values = []
+    for k, v, p, s in zip(rows["key"], rows["value"], rows["partition"],
+                          rows["sequenceNumber"], strict=True):
+        count = ctx.state.get(k, "count", 0) + 1
+        ctx.state.set(k, "count", count)
+        values.append(json.dumps({"key": k.decode(), "seq": int(v), "count": count,
+                                  "task": ctx.task_name, "processor": ctx.processor_id,
+                                  "version": ctx.version, "shard": int(p),
+                                  "sequenceNumber": s}))
+    return pd.DataFrame({"key": list(rows["key"]), "value": values})

@@ -123,3 +123,69 @@ def test_uploads_are_serial_ordered_and_end_with_the_newest(
     assert uploads.done == sorted(uploads.done)
     assert uploads.done[-1] == len(gaps) - 1
     assert len(uploads.done) + c.skipped == len(gaps)
+
+
+class Outage:
+    """An upload that fails (a blob store down) until ``up`` is set."""
+
+    def __init__(self) -> None:
+        self.up = threading.Event()
+        self.sent: list[int] = []
+        self.attempts = 0
+
+    def __call__(self, version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+        self.attempts += 1
+        if not self.up.is_set():
+            raise OSError("tcp connect error: connection refused")
+        self.sent.append(cps["n"])
+        return 1
+
+
+def test_a_failed_upload_fails_that_commit_only_and_the_newest_goes_out_after_it() -> None:
+    outage = Outage()
+    c = AsyncCommitter(outage, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    c.submit(1, {"n": 1})
+    time.sleep(0.2)  # several attempts fail; processing goes on
+    for n in (2, 3):
+        c.submit(1, {"n": n})
+    assert c.flush(timeout_s=0.2) is False  # a hand-over gives up waiting, not the worker
+    assert outage.attempts > 2 and c.failures >= 2 and c.last_failure
+    outage.up.set()
+    assert c.flush(timeout_s=10) is True
+    assert outage.sent == [3]  # the newest covers every older one
+    assert c.last_failure is None
+    c.close()
+
+
+def test_beyond_the_delay_processing_waits_out_an_outage_without_failing() -> None:
+    outage = Outage()
+    c = AsyncCommitter(outage, max_delay_s=0.1, retry_base_s=0.01, retry_max_s=0.05)
+    c.submit(1, {"n": 1})
+    time.sleep(0.15)  # the oldest unacknowledged commit is now past the delay
+    threading.Timer(0.3, outage.up.set).start()
+    started = time.monotonic()
+    c.submit(1, {"n": 2})  # waits until the store is back and a commit went out
+    assert time.monotonic() - started >= 0.2
+    assert outage.sent and outage.sent[0] in (1, 2)
+    c.flush()
+    assert outage.sent[-1] == 2
+    c.close()
+
+
+def test_a_refusal_after_an_outage_still_surfaces() -> None:
+    calls: list[int] = []
+
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+        calls.append(cps["n"])
+        if len(calls) == 1:
+            raise ConnectionError("coordinator unavailable for 90s")
+        raise Fenced(409, "fenced", "a newer owner")
+
+    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    c.submit(1, {"n": 1})
+    with pytest.raises(Fenced):
+        c.flush(timeout_s=10)
+    with pytest.raises(Fenced):
+        c.submit(1, {"n": 2})
+    assert calls == [1, 1]
+    c.close()

@@ -16,12 +16,12 @@ TASK = "Partition 0_1_2"
 SSP = {"system": "kafka", "stream": "orders", "partition": 0, "keyBucket": 1}
 
 
-def offsets(n: int) -> list[dict[str, Any]]:
-    return [{"ssp": SSP, "offset": str(n)}]
+def offsets(n: int, ssp: dict[str, Any] = SSP) -> list[dict[str, Any]]:
+    return [{"ssp": ssp, "offset": str(n)}]
 
 
 def commit_batch(states: TaskStates, checkpoint_id: str, start: int, end: int,
-                 offset: int) -> dict[str, Any]:
+                 offset: int, ssp: dict[str, Any] = SSP) -> dict[str, Any]:
     """What an active processor does for one batch; returns the committed checkpoint as
     GET /checkpoints would then serve it."""
     with open_live(states.state_dir, TASK,
@@ -31,9 +31,9 @@ def commit_batch(states: TaskStates, checkpoint_id: str, start: int, end: int,
             store.set_bytes(f"k{i}", "pad", bytes(500))
         store.commit()
         store.snapshot(snapshot_dir(states.state_dir, TASK, checkpoint_id))
-    body = states.back_up(checkpoint_id, {TASK: {"inputOffsets": offsets(offset)}})
+    body = states.back_up(checkpoint_id, {TASK: {"inputOffsets": offsets(offset, ssp)}})
     states.committed(body)
-    return {"checkpointId": body[TASK]["checkpointId"], "inputOffsets": offsets(offset),
+    return {"checkpointId": body[TASK]["checkpointId"], "inputOffsets": offsets(offset, ssp),
             "stateCheckpointMarkers": body[TASK]["stateCheckpointMarkers"]}
 
 
@@ -77,3 +77,23 @@ def test_a_standby_fetches_committed_snapshots_and_reports_its_lag(tmp_path: Pat
     (tmp_path / "b" / "Partition_209").mkdir()
     (tmp_path / "b" / "Partition_209" / "task-name").write_text("Partition 9")
     assert standby.refresh([], [TASK], unknown) == {TASK: 0}  # left the model: skipped
+
+
+def test_a_kinesis_tasks_lag_is_milliseconds_of_processing_not_sequence_numbers(
+    tmp_path: Path,
+) -> None:
+    """Kinesis sequence numbers of adjacent records differ by more than 2^63: a copy's
+    lag is the time between its snapshot and the committed one (checkpoint ids are the
+    snapshots' times), bounded and comparable across processors."""
+    shard = {"system": "kinesis", "stream": "orders", "partition": 0, "keyBucket": 1}
+    blobs = f"file://{tmp_path / 'blobs'}"
+    active = TaskStates(StateConfig(tmp_path / "a", blobs))
+    standby = TaskStates(StateConfig(tmp_path / "b", blobs))
+    first = 49_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000
+    committed = commit_batch(active, "1700000000000-1", 0, 50, first, shard)
+    read = lambda names: {TASK: committed}  # noqa: E731
+    assert standby.refresh([], [TASK], read) == {TASK: 0}
+    # 2.5 s of processing later, some 10^40 sequence numbers on
+    committed = commit_batch(active, "1700000002500-7", 50, 90, first + 10**40, shard)
+    assert standby.refresh([], [], read) == {TASK: 2500}  # left on disk: not fetched
+    assert standby.refresh([], [TASK], read) == {TASK: 0}

@@ -305,3 +305,62 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
         stop_workers(list(workers.values()))
     check_counts(kafka, output, producing)
     assert composed, "no task reported a composed restore"
+
+
+def test_a_restarted_worker_gets_its_tasks_back_once_its_standby_copies_catch_up(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """Two workers, one standby per task: w1 is killed -9 and restarted on its host. w0
+    runs every active meanwhile; w1 comes back holding standby copies, which are the
+    warm-ups of the tasks the balanced assignment gives it back: event-driven probing
+    moves them as soon as w1 reports them caught up, not at the 10-minute timer."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(600)
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
+                             "1000", "--lease-ttl-ms", "6000", "--elasticity-factor", "2",
+                             "--stateful", "--num-standbys", "1",
+                             "--probing-interval-ms", "600000",
+                             "--probing-min-interval-ms", "1000")
+    blobs = f"file://{tmp_path / 'blobs'}"
+
+    def worker(pid: str) -> Any:
+        return stateful_worker(tmp_path, server, kafka, output, pid, blobs)
+
+    workers = {pid: worker(pid) for pid in ("w0", "w1")}
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            crash(workers["w1"])
+            deadline = time.monotonic() + 120
+            while len(actives(c.get("/jobmodel").json(), "w0")) != 4:
+                producing.send(20)
+                assert time.monotonic() < deadline, "w0 never took w1's tasks"
+                time.sleep(0.5)
+            workers["w1"] = worker("w1")
+            caught_up_at: float | None = None
+            while True:
+                producing.send(20)
+                model = c.get("/jobmodel").json()
+                status = c.get("/status").json()
+                if caught_up_at is None and status["warmups"] and all(
+                        w["processorId"] == "w1" and w["lag"] is not None
+                        and w["lag"] <= status["acceptableRecoveryLag"]
+                        for w in status["warmups"]):
+                    caught_up_at = time.monotonic()  # w1 says its warm-ups caught up
+                if len(actives(model, "w1")) == 2 and model["barrier"] == "done":
+                    back_at = time.monotonic()
+                    break
+                assert time.monotonic() < deadline + 120, (status["warmups"],
+                                                           status["probingRebalanceWanted"])
+                time.sleep(0.3)
+            assert status["lastRebalance"]["reason"] == "probing" or \
+                c.get("/status").json()["lastRebalance"]["reason"] == "probing"
+            assert caught_up_at is not None
+            # within seconds of catching up: the minimum probing interval (1 s), a sweep
+            # and a debounce, not the 600 s timer; generous for a loaded machine
+            assert back_at - caught_up_at < 30, back_at - caught_up_at
+            wait_output(kafka, output, producing.total)
+    finally:
+        stop_workers(list(workers.values()))
+    check_counts(kafka, output, producing)

@@ -5,7 +5,8 @@ Both through obstore (Rust's ``object_store``, as used by Delta and Iceberg clie
 one client for both backends, multipart uploads of large files, no botocore in the
 worker's hot path. Credentials for S3 come from the usual AWS variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``/``AWS_DEFAULT_REGION``).
-Transfers are retried by obstore (exponential backoff on 5xx and timeouts).
+Each request is retried by obstore (exponential backoff on 5xx, connection errors and
+timeouts) within :class:`BlobStoreOptions`; the worker retries what still fails.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
@@ -114,9 +117,30 @@ class ObjectBlobStore:
             obstore.delete(self._store, self._key(key))
 
 
-def open_blob_store(url: str, endpoint: str | None = None) -> ObjectBlobStore:
+@dataclass(frozen=True, slots=True)
+class BlobStoreOptions:
+    """How one request to an S3 blob store may take and be retried (obstore's client
+    and retry settings). A request that still fails fails its commit (or restore), which
+    the worker tries again with backoff until the store is back: an outage is never
+    fatal, so these bound one attempt, not the worker's patience."""
+
+    timeout_s: float = 60.0  # one request, from start to end (a multipart part each)
+    connect_timeout_s: float = 5.0
+    retries: int = 3  # of one request: 5xx answers, connection errors, timeouts
+    retry_timeout_s: float = 30.0  # no retry of a request begins after this
+
+    def __post_init__(self) -> None:
+        if min(self.timeout_s, self.connect_timeout_s, self.retry_timeout_s) <= 0 \
+                or self.retries < 0:
+            raise ValueError("blob store timeouts must be positive and retries at least 0, "
+                             f"got {self}")
+
+
+def open_blob_store(url: str, endpoint: str | None = None,
+                    options: BlobStoreOptions | None = None) -> ObjectBlobStore:
     """The blob store of ``url``: ``file:///dir`` or ``s3://bucket[/prefix]``
     (``endpoint``: an S3-compatible service's URL, e.g. MinIO or a test server)."""
+    options = options or BlobStoreOptions()
     parsed = urlparse(url)
     if parsed.scheme == "file":
         root = Path(parsed.path)
@@ -127,12 +151,16 @@ def open_blob_store(url: str, endpoint: str | None = None) -> ObjectBlobStore:
             raise ValueError(f"an s3 blob store URL names a bucket: s3://BUCKET[/PREFIX], "
                              f"got {url!r}")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        options: dict[str, str | bool] = {}
+        extra: dict[str, str | bool] = {}
         if endpoint:
-            options["endpoint"] = endpoint
-        store = S3Store(parsed.netloc, region=region or "us-east-1",
-                        client_options={"allow_http": bool(endpoint and
-                                                           endpoint.startswith("http:"))},
-                        virtual_hosted_style_request=False, **options)  # type: ignore[arg-type]
+            extra["endpoint"] = endpoint
+        store = S3Store(
+            parsed.netloc, region=region or "us-east-1",
+            client_options={"allow_http": bool(endpoint and endpoint.startswith("http:")),
+                            "timeout": timedelta(seconds=options.timeout_s),
+                            "connect_timeout": timedelta(seconds=options.connect_timeout_s)},
+            retry_config={"max_retries": options.retries,
+                          "retry_timeout": timedelta(seconds=options.retry_timeout_s)},
+            virtual_hosted_style_request=False, **extra)  # type: ignore[arg-type]
         return ObjectBlobStore(store, parsed.path)
     raise ValueError(f"blob store URL must be file:///DIR or s3://BUCKET[/PREFIX], got {url!r}")

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from worker.state.backup import (
     Uploader,
     state_marker,
 )
-from worker.state.blobs import BlobStore, open_blob_store
+from worker.state.blobs import BlobStore, BlobStoreOptions, open_blob_store
 from worker.state.compose import compose, is_own_whole
 from worker.state.gc import BlobCollector, GcPlan
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
@@ -60,6 +60,7 @@ class StateConfig:
     blob_store_endpoint: str | None = None
     gc_interval_s: float = 600.0  # how often the collecting processor collects (0: never)
     gc_grace_s: float = 3600.0  # indexes and blobs younger than this are kept
+    blob_store_options: BlobStoreOptions = field(default_factory=BlobStoreOptions)
 
 
 COMPOSED_STANDBY_ID = "0-0"  # older than any real checkpoint id
@@ -89,7 +90,8 @@ class TaskStates:
 
     def __init__(self, config: StateConfig, blobs: BlobStore | None = None) -> None:
         self.config = config
-        self._blobs = blobs or open_blob_store(config.blob_store, config.blob_store_endpoint)
+        self._blobs = blobs or open_blob_store(config.blob_store, config.blob_store_endpoint,
+                                               config.blob_store_options)
         self._digests = Digests()
         self._uploader = Uploader(self._blobs)
         self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
@@ -106,11 +108,13 @@ class TaskStates:
         """The processor's state dir."""
         return self.config.state_dir
 
-    def restore(self, checkpoints: Mapping[str, Mapping[str, Any]]) -> None:
+    def restore(self, checkpoints: Mapping[str, Mapping[str, Any]],
+                keep: AbstractSet[str] = frozenset()) -> None:
         """Rebuild the live store of every task in ``checkpoints`` (task -> its resolved
-        checkpoint) from its committed snapshot, or, after a split or merge, from the
-        snapshots its ``stateSources`` name, filtered by key bucket; a task without any
-        starts empty."""
+        checkpoint) from its committed snapshot, or, after a split, merge or reshard,
+        from the snapshots its ``stateSources`` name, filtered by key bucket (and hash
+        key); a task without any starts empty. Source tasks' local copies are deleted
+        afterwards unless in ``checkpoints`` or ``keep`` (this processor's tasks)."""
         sources_used: set[str] = set()
         with self._build_lock:
             for task, checkpoint in sorted(checkpoints.items()):
@@ -121,7 +125,7 @@ class TaskStates:
                 else:
                     self._restore_own(task, marker)
             # the source tasks' copies served their purpose (older factors' tasks)
-            for name in sources_used - set(checkpoints):
+            for name in sources_used - set(checkpoints) - set(keep):
                 shutil.rmtree(task_dir(self.state_dir, name), ignore_errors=True)
 
     def _restore_own(self, task: str, marker: str | None) -> None:
@@ -307,7 +311,8 @@ class TaskStates:
                  ", ".join(done.sources), done.entries, done.downloaded_bytes)
 
     def _lag(self, task: str, checkpoint: Mapping[str, Any]) -> int | None:
-        """Offsets between the task's newest local snapshot and ``checkpoint``."""
+        """How far the task's newest local snapshot is behind ``checkpoint``: offsets
+        (Kafka), or milliseconds of processing (Kinesis, :func:`shard_lag`)."""
         newest = self._newest_snapshot(task, None, since_commit=False)
         if newest is None:
             return None
@@ -316,10 +321,15 @@ class TaskStates:
         index_file = index_path(snapshot_dir(self.state_dir, task, str(newest)))
         if not index_file.exists():
             return None
-        mine = _offsets(SnapshotIndex.from_bytes(index_file.read_bytes()).input_offsets)
+        index = SnapshotIndex.from_bytes(index_file.read_bytes())
+        mine = _offsets(index.input_offsets)
         theirs = _offsets(checkpoint.get("inputOffsets") or ())
         if not mine or set(mine) != set(theirs):
             return None
+        if mine == theirs:
+            return 0  # nothing processed since (the same state, another snapshot id)
+        if _shard_input(index.input_offsets):
+            return shard_lag(index, newest, checkpoint.get("checkpointId"))
         return sum(max(0, theirs[k] - mine[k]) for k in mine)
 
     def _newest_snapshot(self, task: str, limit: CheckpointId | None,
@@ -339,6 +349,31 @@ class TaskStates:
     def _snapshots(self, task: str) -> list[Path]:
         root = task_dir(self.state_dir, task) / "snapshots"
         return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def shard_lag(index: SnapshotIndex, checkpoint_id: CheckpointId, committed: object
+              ) -> int | None:
+    """The lag of a copy of a task reading Kinesis shards: milliseconds of the
+    active's processing it lacks, the time between its snapshot and the committed one
+    (checkpoint ids are the times snapshots were taken; a composed copy's is the time it
+    was composed). Kinesis sequence numbers are not counts (adjacent records' differ by
+    more than 2^63), so offset differences mean nothing there; time is bounded, the same
+    unit on every processor, and compared with ``--acceptable-recovery-lag`` as
+    milliseconds (10000: a copy within 10 s of processing is caught up)."""
+    if not isinstance(committed, str):
+        return None
+    try:
+        theirs = CheckpointId.parse(committed).millis
+    except CheckpointFormatError:
+        return None
+    mine = (int(index.created_at * 1000) if str(checkpoint_id) == COMPOSED_STANDBY_ID
+            else checkpoint_id.millis)
+    return max(0, theirs - mine)
+
+
+def _shard_input(entries: Sequence[Mapping[str, Any]]) -> bool:
+    """True when the key spaces are of Kinesis shards."""
+    return any((e.get("ssp") or {}).get("system") == "kinesis" for e in entries)
 
 
 def _offsets(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], int]:

@@ -1,0 +1,110 @@
+"""A blob-store outage is never fatal: the S3 API server made unreachable (a relay the
+test cuts; moto keeps its data) for 20 s and then for 120 s under a running stateful
+job, two workers with one standby each. Processing goes on within the commit delay,
+then waits; commits fail, are tried again and resume within seconds of the store's
+return; no worker exits; nothing is lost and every count is its key's records so far."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.local.kafka import LocalKafka
+from service.local.s3 import LocalS3
+from tests.infra.relay import Relay
+from tests.service.conftest import StartServer
+from tests.worker.test_end_to_end import (
+    Producing,
+    coordinator_for,
+    new_topics,
+    read_all,
+    stop_workers,
+    wait_output,
+)
+from tests.worker.test_stateful_end_to_end import check_counts, stateful_worker
+
+pytestmark = pytest.mark.slow
+
+
+def committed(c: httpx.Client, pids: list[str]) -> int:
+    """The sum of every committed next offset of the processors' tasks."""
+    total = 0
+    for pid in pids:
+        r = c.get("/checkpoints", params={"processorId": pid})
+        if r.status_code != 200:
+            continue
+        for task in r.json().values():
+            total += sum(int(o["offset"]) for o in task["inputOffsets"]
+                         if o["offset"].isdigit())
+    return total
+
+
+def alive(workers: dict[str, Any], tmp: Path) -> None:
+    for name, w in workers.items():
+        assert w.poll() is None, (tmp / f"{name}.log").read_text()[-4000:]
+
+
+def test_blob_store_outages_of_20_and_120_seconds_cost_no_worker_and_no_record(
+    start_server: StartServer, kafka: LocalKafka, s3_server: LocalS3, tmp_path: Path,
+) -> None:
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(400)
+    server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
+                             "1000", "--elasticity-factor", "2", "--stateful",
+                             "--num-standbys", "1", "--lease-ttl-ms", "20000")
+    bucket = f"outage-{uuid.uuid4().hex[:8]}"
+    s3_server.create_bucket(bucket)
+    relay = Relay(("127.0.0.1", s3_server.port))
+    relay.restore()
+    workers = {pid: stateful_worker(tmp_path, server, kafka, output, pid,
+                                    f"s3://{bucket}/job", "--blob-store-endpoint",
+                                    relay.endpoint, "--max-commit-delay-ms", "10000")
+               for pid in ("w0", "w1")}
+    resumed: list[float] = []
+    try:
+        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            for outage_s in (20, 120):
+                before = committed(c, list(workers))
+                relay.cut()
+                cut_at = time.monotonic()
+                producing.send(200)
+                # processing goes on while commits fail (within the commit delay)
+                seen = len(read_all(kafka, output))
+                while len(read_all(kafka, output)) == seen:
+                    alive(workers, tmp_path)
+                    assert time.monotonic() - cut_at < outage_s, "no output in the outage"
+                    time.sleep(0.5)
+                while time.monotonic() - cut_at < outage_s:
+                    alive(workers, tmp_path)
+                    time.sleep(1)
+                assert committed(c, list(workers)) == before  # nothing committed meanwhile
+                relay.restore()
+                back_at = time.monotonic()
+                while committed(c, list(workers)) <= before:
+                    alive(workers, tmp_path)
+                    # commits are retried at most 5 s apart (plus jitter); generous for load
+                    assert time.monotonic() - back_at < 60, "commits did not resume"
+                    time.sleep(0.2)
+                resumed.append(time.monotonic() - back_at)
+                producing.send(200)
+                wait_output(kafka, output, producing.total)
+                alive(workers, tmp_path)
+            failures = [(p.get("stats") or {}).get("commitFailures", 0)
+                        for p in c.get("/status").json()["processors"]]
+    finally:
+        relay.cut()
+        stop_workers(list(workers.values()))
+    print(f"commits resumed {', '.join(f'{s:.1f}' for s in resumed)} s after the store "
+          "came back")
+    assert all(w.returncode == 0 for w in workers.values())
+    assert sum(failures) > 0  # commits did fail, and were tried again
+    check_counts(kafka, output, producing)
+    logs = "".join((tmp_path / f"{pid}.log").read_text() for pid in workers)
+    assert "trying again" in logs and "processing waits for it" in logs

@@ -1,0 +1,130 @@
+"""Stateful Kinesis end to end: state follows every key across reshards. Real
+kinesalite, the coordinator, Kafka for the output, moto's S3 API server as the blob
+store, two Spark workers as processes, one standby per task, factor 2. A counting app
+keeps a counter per key in ``ctx.state``: while records flow, a shard is split, the
+children merged, a shard split with a factor change right after, and a shard split
+with a worker killed (-9) while its parents are being finished and restarted on its
+location. Every output record, duplicates included, has count == seq + 1: a key that
+moved to a child shard continues its count from its parents' final state."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.local.kafka import LocalKafka
+from service.local.kinesis import CREDENTIALS, LocalKinesis
+from service.local.s3 import LocalS3
+from tests.service.conftest import StartServer
+from tests.service.test_kinesis_inputs import kinesis_client, wait_active
+from tests.worker.test_end_to_end import crash, new_topics, read_all, start_worker, stop_workers
+from tests.worker.test_kinesis_end_to_end import Producing, shard_ids, split, wait_all
+
+pytestmark = pytest.mark.slow
+
+
+def check_counts(records: list[dict[str, Any]], producing: Producing) -> None:
+    """count == seq + 1 on every output record; nothing lost; per-key order."""
+    wrong = [r for r in records if r["count"] != r["seq"] + 1]
+    assert not wrong, wrong[:5]
+    per_key: dict[str, list[int]] = defaultdict(list)
+    seen: set[tuple[str, int]] = set()
+    for r in records:
+        if (r["key"], r["seq"]) not in seen:
+            seen.add((r["key"], r["seq"]))
+            per_key[r["key"]].append(r["seq"])
+    assert {k: sorted(v) for k, v in per_key.items()} == {
+        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
+    for key, seqs in per_key.items():
+        assert seqs == sorted(seqs), (key, seqs[:20])
+
+
+def test_counts_follow_every_key_across_splits_merges_a_factor_change_and_a_kill(
+    start_server: StartServer, kafka: LocalKafka, kinesis: LocalKinesis, s3_server: LocalS3,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    client = kinesis_client(kinesis)
+    stream = f"counts-{uuid.uuid4().hex[:8]}"
+    client.create_stream(StreamName=stream, ShardCount=2)
+    wait_active(client, stream)
+    _, output = new_topics(kafka, 1)
+    bucket = f"kinesis-state-{uuid.uuid4().hex[:8]}"
+    s3_server.create_bucket(bucket)
+    producing = Producing(client, stream)
+    producing.send(200)
+    # --poll-close-grace-ms 0 and a long lease: a worker restarted at once keeps its tasks
+    # (and finds their state on its disk)
+    server = start_server("--input", f"kinesis.{stream}", "--kinesis-endpoint",
+                          kinesis.endpoint, "--partition-poll-interval-ms", "500",
+                          "--elasticity-factor", "2", "--debounce-ms", "300", "--stateful",
+                          "--num-standbys", "1", "--poll-close-grace-ms", "0",
+                          "--lease-ttl-ms", "40000")
+
+    def worker(pid: str) -> Any:
+        return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
+                            "--output-topic", output, "--kinesis-endpoint", kinesis.endpoint,
+                            "--stateful", "--state-dir", str(tmp_path / f"state-{pid}"),
+                            "--blob-store", f"s3://{bucket}/job", "--blob-store-endpoint",
+                            s3_server.endpoint, app="tests.worker.apps:kinesis_count_task")
+
+    workers = {f"w{i}": worker(f"w{i}") for i in range(2)}
+    try:
+        wait_all(kafka, output, producing.total, workers, tmp_path)
+        split(client, stream, "shardId-000000000000")  # -> 2 and 3
+        producing.send(200)
+        wait_all(kafka, output, producing.total, workers, tmp_path)
+        client.merge_shards(StreamName=stream, ShardToMerge="shardId-000000000002",
+                            AdjacentShardToMerge="shardId-000000000003")  # -> 4
+        wait_active(client, stream)
+        producing.send(200)
+        wait_all(kafka, output, producing.total, workers, tmp_path)
+        split(client, stream, "shardId-000000000001")  # -> 5 and 6, and at once:
+        with server.client() as c:
+            assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
+        producing.send(200)
+        wait_all(kafka, output, producing.total, workers, tmp_path)
+        before_kill = len(read_all(kafka, output))
+        producing.send(300)  # shard 4 has records in flight when it is split...
+        split(client, stream, "shardId-000000000004")  # -> 7 and 8
+        producing.send(100)
+        time.sleep(2)
+        crash(workers["w1"])  # ... and a worker dies while parents are being finished,
+        workers["w1"] = worker("w1")  # and comes back on its location
+        producing.send(200)
+        wait_all(kafka, output, producing.total, workers, tmp_path)
+        with server.client() as c:
+            restores = {p["processorId"]: (p.get("stats") or {}).get("stateRestores") or {}
+                        for p in c.get("/status").json()["processors"]}
+    finally:
+        stop_workers(list(workers.values()))
+    assert shard_ids(client, stream) == ["shardId-000000000005", "shardId-000000000006",
+                                         "shardId-000000000007", "shardId-000000000008"]
+    records = read_all(kafka, output)
+    check_counts(records, producing)
+    # state followed keys into child shards: a key's first record in a child shard
+    # counted on from its parents' records (count > 1), for many keys
+    first_in_child: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in records:
+        if r["shard"] >= 2:
+            first_in_child.setdefault((r["key"], r["shard"]), r)
+    carried = [r for r in first_in_child.values() if r["count"] > 1]
+    assert len(carried) >= len(first_in_child) // 2, list(first_in_child.values())[:5]
+    assert {r["shard"] for r in records} == set(range(9))
+    # duplicates only past the killed worker's last commit
+    seen: set[tuple[str, int]] = set()
+    for i, r in enumerate(records):
+        if (r["key"], r["seq"]) in seen:
+            assert i >= before_kill, r
+        seen.add((r["key"], r["seq"]))
+    # the restarted worker's last restores: its tasks' state on its own disk, or
+    # composed from parents; none downloaded from scratch only because it restarted
+    assert restores.get("w1"), restores
+    assert all(r["source"] in ("local", "composed", "remote", "empty")
+               for r in restores["w1"].values()), restores["w1"]
