@@ -70,9 +70,13 @@ def lease_token(request: Request) -> str | None:
 
 
 def is_admin(request: Request) -> bool:
-    """Whether the call carries the admin token (an operator, not a processor)."""
+    """Whether the call is an operator's, not a processor's: it carries the admin token,
+    or no token is configured at all (an open deployment: loopback or ``--insecure``,
+    where every route is open and every caller may act as an operator)."""
     settings: Settings = request.app.state.settings
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    if admin is None and settings.worker_token is None:
+        return True
     token = _presented(request)
     return token is not None and _matches(token, admin)
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,24 @@ def _status(args: argparse.Namespace) -> None:
 
 
 def _processors(args: argparse.Namespace) -> None:
+    if args.action == "remove":
+        if not args.processor_id:
+            raise SystemExit("coxswain: processors remove needs a processor id")
+        with _client(args) as client:
+            try:
+                r = client.delete(f"/processors/{args.processor_id}")
+            except httpx.HTTPError as e:
+                raise SystemExit(f"coxswain: cannot reach {args.url}: {e}") from None
+        if r.status_code != 204:
+            try:
+                body = r.json()
+                reason = f"{body.get('error')}: {body.get('detail')}"
+            except ValueError:
+                reason = r.text
+            raise SystemExit(f"coxswain: removing {args.processor_id} failed "
+                             f"({r.status_code}) {reason}")
+        print(f"processor {args.processor_id} removed: its tasks move at the next rebalance")
+        return
     procs = _call(args, "GET", "/processors")
     if args.json:
         print(json.dumps(procs, indent=2))
@@ -345,9 +364,35 @@ def _require_worker_extra(command: str) -> None:
                          "--worker in a checkout")
 
 
+class _Terminations:
+    """SIGTERM over a worker's whole life, from before its imports to its exit: the first
+    asks for a stop (cancel a start, or hand over and leave), the later ones change
+    nothing (a supervisor that repeats SIGTERM must not cut a handover short)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.requested = threading.Event()
+        self.on_first: Callable[[], None] | None = None
+
+    def __call__(self, *_: object) -> None:
+        self.received += 1
+        if self.received == 1:
+            self.requested.set()
+            if self.on_first is not None:
+                self.on_first()
+
+    def then(self, action: Callable[[], None]) -> None:
+        """Run ``action`` at the first SIGTERM (now, if it came already)."""
+        self.on_first = action
+        if self.requested.is_set():
+            action()
+
+
 def _worker(args: argparse.Namespace) -> None:
     import importlib
 
+    terminations = _Terminations()
+    signal.signal(signal.SIGTERM, terminations)
     _require_worker_extra("worker")
 
     from service.logs import configure
@@ -397,18 +442,15 @@ def _worker(args: argparse.Namespace) -> None:
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"))
+    if terminations.requested.is_set():
+        return  # stopped before Spark started: nothing to hand over
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     spark = spark_session(args.spark_master)
-
-    def stop_starting(*_: object) -> None:
-        # cancels the warm-up job, so a worker stopped while it starts exits in seconds,
-        # well within a supervisor's grace period (py4j off the signal handler's frame)
-        stop.set()
-        threading.Thread(target=spark.sparkContext.cancelAllJobs, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop_starting)
+    # then it cancels the warm-up job, so a worker stopped while it starts exits in
+    # seconds, well within a supervisor's grace period (py4j off the handler's frame)
+    terminations.then(lambda: threading.Thread(target=spark.sparkContext.cancelAllJobs,
+                                               daemon=True).start())
+    stop = terminations.requested
     try:
         if args.api == "task" and not stop.is_set():
             try:
@@ -417,13 +459,20 @@ def _worker(args: argparse.Namespace) -> None:
                 if not stop.is_set():
                     raise
         worker = Worker(config, process_batch, spark)
-        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+        terminations.then(worker.stop)
         if not stop.is_set():
             worker.run()
     except KeyboardInterrupt:
         pass
     finally:
         stop_spark(spark)
+        # handed over, left, Spark stopped: what remains is the interpreter's exit,
+        # during which Python would restore SIGTERM's default action (death, -15)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if terminations.received > 1:
+            logging.getLogger("coxswain.worker").info(
+                "%d SIGTERMs received: the first stopped the worker, the others changed "
+                "nothing", terminations.received)
 
 
 def plain(text: str) -> str:
@@ -460,10 +509,17 @@ def parser() -> argparse.ArgumentParser:
     db.set_defaults(func=_db)
 
     for name, func, help_ in (("status", _status, "show the coordinator's status"),
-                              ("processors", _processors, "list registered processors")):
+                              ("processors", _processors, "list registered processors, "
+                               "or remove one (processors remove ID)")):
         c = sub.add_parser(name, help=help_, description=help_)
         c.add_argument("--json", action="store_true", help="print the raw JSON")
         c.set_defaults(func=func)
+        if name == "processors":
+            c.add_argument("action", nargs="?", choices=["list", "remove"], default="list",
+                           help="remove: the processor leaves now and a rebalance moves "
+                                "its tasks (an operator's call: the admin token with "
+                                "--token, or none on a deployment without tokens)")
+            c.add_argument("processor_id", nargs="?", metavar="ID")
     scale = sub.add_parser("scale", help="set the elasticity factor",
                            description="set the elasticity factor (a power of two)")
     scale.add_argument("factor", type=int, help="key buckets per input partition")
@@ -605,7 +661,8 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--factors", type=int, nargs="+", default=[1, 4, 2],
                       help="elasticity factors to go through, in order")
     demo.add_argument("--stage-seconds", type=float, default=30.0,
-                      help="how long each factor runs")
+                      help="how long each factor runs, once it is in effect (its version's "
+                           "barrier done and every worker running it)")
     demo.add_argument("--workers", type=int, default=2, help="Spark workers (processors)")
     demo.add_argument("--spark-master", default="local[2]", help="each worker's master")
     demo.add_argument("--stateful", action="store_true",

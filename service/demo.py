@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,6 +128,17 @@ def render(status: dict[str, Any], stage: str, elapsed_s: float, produced: int,
     return "\n".join(lines)
 
 
+def _settled(status: dict[str, Any], factor: int, plan: DemoPlan) -> bool:
+    """The factor is in effect: the latest version has it, its barrier is done, and every
+    worker's last batch ran under it."""
+    processors = status.get("processors", [])
+    return (status.get("elasticityFactor") == factor and status.get("barrier") == "done"
+            and status.get("latestVersion") == status.get("activeVersion")
+            and len(processors) == plan.workers
+            and all((p.get("stats") or {}).get("version") == status.get("latestVersion")
+                    for p in processors))
+
+
 def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -222,6 +234,14 @@ class Demo:
                 answer.raise_for_status()
                 self._say(f"POST /scale {factor}: job model version "
                           f"{answer.json()['jobModelVersion']}")
+            # a stage runs its seconds once the factor is in effect: the barrier done and
+            # every worker on that version (a loaded machine hands over more slowly)
+            if not self._wait_until(
+                    f"elasticity factor {factor}: handing over", api,
+                    self.plan.start_timeout_s, partial(_settled, factor=factor, plan=self.plan),
+                    expected=f"elasticity factor {factor} in effect: its version's barrier "
+                             f"done and {self.plan.workers} workers running it"):
+                return False
             self._wait_until(f"elasticity factor {factor}", api, self.plan.stage_s,
                              lambda s: False)
             if self._stop.is_set():

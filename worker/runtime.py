@@ -234,6 +234,9 @@ class Worker:
         self._beat_now = threading.Event()  # heartbeat now, not at the next interval
         self._client.reconnected = self._beat_now.set
         self._restart = False  # some of them may start: restart the query, same version
+        self._version = 0  # the latest version acknowledged while keeping the query
+        # the running query's plan and the query (once started), for its backlog
+        self._running: tuple[QueryPlan, list[Any]] | None = None
 
     # -- lifecycle
 
@@ -290,6 +293,7 @@ class Worker:
                 stats = dict(self._stats)
                 if stats:  # after the first batch: how busy since (0 when idle)
                     stats["busy"] = round(self._busy.share(time.monotonic()), 3)
+                    stats.update(self._backlog())  # now, not as of the last batch
                 self._client.heartbeat(self.processor_id, task_lags=lags, stats=stats)
             except LeaseLost:
                 log.error("lease lost: stopping processing and registering again")
@@ -351,6 +355,7 @@ class Worker:
                 tasks = self._my_tasks(model)
                 if running is not None and tasks == mine and not self._restart:
                     self._ack(model)  # keep running
+                    self._version = model["version"]
                 else:
                     self._restart = False
                     if running is not None:
@@ -521,16 +526,15 @@ class Worker:
                 self._busy.record(started, started + took)
                 self._committed.update(ends)
                 self._stats = {
-                    "batchSeconds": round(took, 3), "version": plan.version,
+                    # the version this worker runs under (kept across versions that did
+                    # not change its tasks)
+                    "batchSeconds": round(took, 3),
+                    "version": max(plan.version, self._version),
                     "recordsPerSecond": round(read / took, 1) if took > 0 else 0.0,
                     "commitsSkipped": committer.skipped,
                     "commitFailures": committer.failures,
                     "commitPendingSeconds": _age(committer.unacknowledged_since()),
-                    "triggerSeconds": self.config.trigger_interval_s,
-                    "consumerLag": _consumer_lag(plan, self._committed, holder)}
-                if plan.system == "kinesis":  # and how far behind the shards' tips
-                    self._stats["consumerLagMs"] = _consumer_lag(
-                        plan, self._committed, holder, "ms")
+                    "triggerSeconds": self.config.trigger_interval_s}
                 if states is not None:
                     self._stats["stateRestores"] = {
                         t: states.restores[t] for t in names if t in states.restores}
@@ -543,6 +547,7 @@ class Worker:
                                           "milliseconds")
                  .start())
         holder.append(query)
+        self._running = (plan, holder)
         log.info("version %d: query over %s from %s", plan.version, plan.assign(),
                  plan.starting_offsets())
         return plan, (query, committer)
@@ -566,6 +571,23 @@ class Worker:
                 return False
             delay = min(RESTORE_RETRY_MAX_S, delay * 2)
         return False
+
+    def _backlog(self) -> dict[str, dict[str, int]]:
+        """The running query's consumer lag per task as its last progress says (Spark
+        reports one per trigger, and at least every 10 s when no data comes):
+        ``consumerLag``, and for Kinesis ``consumerLagMs`` (behind the shards' tips)."""
+        running = self._running
+        if running is None:
+            return {}
+        plan, holder = running
+        try:
+            out = {"consumerLag": _consumer_lag(plan, self._committed, holder)}
+            if plan.system == "kinesis":
+                out["consumerLagMs"] = _consumer_lag(plan, self._committed, holder, "ms")
+        except Exception as e:  # a query stopping meanwhile: the next heartbeat tells
+            log.debug("consumer lag not read: %s", e)
+            return {}
+        return out
 
     def _source(self, plan: QueryPlan) -> DataFrame:
         """The streaming DataFrame of ``plan``'s partitions, from their starts."""
@@ -597,6 +619,7 @@ class Worker:
         """Let the running batch finish, wait for its commit, stop the query."""
         plan, (query, committer) = running
         self._stopping_query = True
+        self._running = None
         with self._batch_lock:  # the batch in flight (if any) ends first
             pass
         try:

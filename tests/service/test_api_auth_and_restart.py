@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.service.conftest import StartServer
 from tests.service.server import Server
-from tests.service.workers import SimWorker, offsets_for, wait_for_version
+from tests.service.workers import SimWorker, offsets_for, wait_for_members, wait_for_version
 
 ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "60000")
 
@@ -57,7 +57,7 @@ def test_restart_keeps_job_model_barrier_leases_and_checkpoints(
         w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
         w1.register()
         w2.register()
-        model = wait_for_version(c, 0)
+        model = wait_for_members(c, ["w1", "w2"])
         version = model["version"]
         w1.ack(version)
         w2.ack(version)
@@ -116,9 +116,7 @@ def test_a_processor_can_act_only_as_itself(start_server: StartServer) -> None:
         w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
         w1.register()
         w2.register()
-        model = wait_for_version(c, 0)
-        while set(model["containers"]) != {"w1", "w2"}:
-            model = wait_for_version(c, model["version"])
+        model = wait_for_members(c, ["w1", "w2"])
         assert w1.ack(model["version"]).status_code == 200
         task = w1.tasks(model)
         as_w2 = w2.lease  # w2 trying to pass as w1 with its own lease token

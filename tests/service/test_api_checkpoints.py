@@ -7,7 +7,13 @@ from typing import Any
 import httpx
 
 from tests.service.conftest import StartServer
-from tests.service.workers import SimWorker, ack_all, offsets_for, wait_for_version
+from tests.service.workers import (
+    SimWorker,
+    ack_all,
+    offsets_for,
+    wait_for_members,
+    wait_for_version,
+)
 
 ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "60000",
         "--barrier-timeout-ms", "60000")
@@ -17,8 +23,7 @@ def setup_two_workers(c: httpx.Client) -> tuple[list[SimWorker], dict[str, Any]]
     workers = [SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")]
     for w in workers:
         assert w.register().status_code == 201
-    model = wait_for_version(c, 0)
-    assert sorted(model["containers"]) == ["w1", "w2"]
+    model = wait_for_members(c, ["w1", "w2"])
     assert ack_all(workers, model["version"]) == "done"
     return workers, model
 

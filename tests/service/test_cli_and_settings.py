@@ -51,6 +51,29 @@ def test_status_processors_and_scale_print_tables(start_server: StartServer) -> 
     assert "invalid_elasticity_factor" in bad.stderr
     as_json = json.loads(cli("status", "--url", server.url, "--json").stdout)
     assert as_json["elasticityFactor"] == 4
+    # removing a processor is an operator's call: the worker token is not enough
+    refused = cli("processors", "remove", "w1", "--url", server.url, "--token", "wrk")
+    assert refused.returncode != 0 and "401" in refused.stderr, refused.stderr
+    removed = cli("processors", "remove", "w1", "--url", server.url, "--token", "adm")
+    assert removed.returncode == 0, removed.stderr
+    assert "w1" not in cli("processors", "--url", server.url).stdout
+
+
+def test_an_open_deployment_removes_a_processor_without_its_lease_token(
+    start_server: StartServer,
+) -> None:
+    """No tokens (loopback): every caller may act as an operator, as for /scale."""
+    server = start_server("--input", "kafka.orders:4", "--debounce-ms", "50")
+    with server.client() as c:
+        SimWorker(c, "w1", "host-a").register()
+        wait_for_version(c, 0)
+    removed = cli("processors", "remove", "w1", "--url", server.url)
+    assert removed.returncode == 0, removed.stderr
+    assert "w1 removed" in removed.stdout
+    gone = cli("processors", "remove", "w1", "--url", server.url)
+    assert gone.returncode != 0 and "unknown_processor" in gone.stderr, gone.stderr
+    with server.client() as c:
+        assert c.get("/processors").json() == []
 
 
 def test_client_commands_say_when_no_server_answers() -> None:

@@ -13,7 +13,7 @@ import httpx
 
 from tests.service.conftest import StartServer
 from tests.service.server import Server
-from tests.service.workers import SimWorker, ack_all, wait_for_version
+from tests.service.workers import SimWorker, ack_all, wait_for_members, wait_for_version
 
 ARGS = ("--input", "kafka.orders:4", "--debounce-ms", "100", "--heartbeat-interval-ms",
         "2000", "--lease-ttl-ms", "10000")
@@ -35,9 +35,7 @@ def setup(c: httpx.Client) -> tuple[list[SimWorker], dict[str, Any]]:
     workers = [SimWorker(c, "w1", "a"), SimWorker(c, "w2", "b")]
     for w in workers:
         assert w.register().status_code == 201
-    model = wait_for_version(c, 0)
-    while set(model["containers"]) != {"w1", "w2"}:
-        model = wait_for_version(c, model["version"])
+    model = wait_for_members(c, ["w1", "w2"])
     assert ack_all(workers, model["version"]) == "done"
     return workers, model
 

@@ -77,6 +77,19 @@ def wait_for_version(client: httpx.Client, since: int, wait_ms: int = 10_000) ->
     return body
 
 
+def wait_for_members(client: httpx.Client, processor_ids: list[str], since: int = 0
+                     ) -> dict[str, Any]:
+    """The first version after ``since`` whose containers are exactly ``processor_ids``.
+    Registrations sent one after another fall into one debounce window only when the
+    machine keeps up; on a loaded one the first version may have only the first of them,
+    and the next version (the later join's) has them all: wait for the condition the
+    test means, not for a time."""
+    model = wait_for_version(client, since)
+    while sorted(model["containers"]) != sorted(processor_ids):
+        model = wait_for_version(client, model["version"])
+    return model
+
+
 def ack_all(workers: list[SimWorker], version: int) -> str:
     state = ""
     for w in workers:

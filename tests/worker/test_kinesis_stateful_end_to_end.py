@@ -9,6 +9,7 @@ moved to a child shard continues its count from its parents' final state."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import defaultdict
@@ -72,11 +73,23 @@ def test_counts_follow_every_key_across_splits_merges_a_factor_change_and_a_kill
                             "--output-topic", output, "--kinesis-endpoint", kinesis.endpoint,
                             "--stateful", "--state-dir", str(tmp_path / f"state-{pid}"),
                             "--blob-store", f"s3://{bucket}/job", "--blob-store-endpoint",
-                            s3_server.endpoint, app="tests.worker.apps:kinesis_count_task")
+                            s3_server.endpoint, "--blob-gc-interval-s", "2",
+                            "--blob-gc-grace-s", "5",  # collected all along: the parents'
+                            app="tests.worker.apps:kinesis_count_task")  # final snapshots stay
 
     workers = {f"w{i}": worker(f"w{i}") for i in range(2)}
     try:
         wait_all(kafka, output, producing.total, workers, tmp_path)
+        with server.client() as c:  # the backlog per task, for the autosizer
+            deadline = time.monotonic() + 60
+            while not any((p.get("stats") or {}).get("consumerLagMs")
+                          for p in c.get("/status").json()["processors"]):
+                assert time.monotonic() < deadline, json.dumps(
+                    [p.get("stats") for p in c.get("/status").json()["processors"]])
+                time.sleep(0.5)
+            stats = [p.get("stats") or {} for p in c.get("/status").json()["processors"]]
+            assert all(isinstance(v, int) and v >= 0 for s in stats
+                       for v in (s.get("consumerLag") or {}).values()), stats
         split(client, stream, "shardId-000000000000")  # -> 2 and 3
         producing.send(200)
         wait_all(kafka, output, producing.total, workers, tmp_path)
