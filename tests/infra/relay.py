@@ -16,10 +16,12 @@ from service.local.ports import free_port
 
 
 class Relay:
-    """One relay from ``127.0.0.1:port`` to ``target``."""
+    """One relay from ``host:port`` to ``target``."""
 
-    def __init__(self, target: tuple[str, int], port: int | None = None) -> None:
+    def __init__(self, target: tuple[str, int], port: int | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.target = target
+        self.host = host
         self.port = port or free_port()
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -30,7 +32,7 @@ class Relay:
     @property
     def endpoint(self) -> str:
         """The relay's URL (http)."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> Relay:
         self.restore()
@@ -46,7 +48,7 @@ class Relay:
                 return
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("127.0.0.1", self.port))
+            listener.bind((self.host, self.port))
             listener.listen(128)
             self._listener = listener
             self._stop.clear()
@@ -114,3 +116,29 @@ class Relay:
             for s in (a, b):
                 with contextlib.suppress(OSError):
                     s.close()
+
+
+def main() -> None:
+    """Run relays until SIGTERM: ``python -m tests.infra.relay HOST:PORT=HOST:PORT ...``
+    (listen=target), e.g. inside a network namespace (``tests.infra.netns``)."""
+    import signal
+    import sys
+
+    relays = []
+    for spec in sys.argv[1:]:
+        listen, _, target = spec.partition("=")
+        lhost, _, lport = listen.rpartition(":")
+        thost, _, tport = target.rpartition(":")
+        relays.append(Relay((thost, int(tport)), int(lport), lhost))
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    for relay in relays:
+        relay.restore()
+    print("relaying", " ".join(sys.argv[1:]), flush=True)
+    done.wait()
+    for relay in relays:
+        relay.cut()
+
+
+if __name__ == "__main__":
+    main()

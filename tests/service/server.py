@@ -25,6 +25,7 @@ class Server:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    launcher: list[str] = field(default_factory=list)  # e.g. ip netns exec NAME
 
     @property
     def url(self) -> str:
@@ -33,7 +34,8 @@ class Server:
     def start(self, timeout_s: float = 20.0) -> Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / f"server-{self.port}-{time.monotonic_ns()}.log"
-        cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
+        cmd = [*self.launcher, sys.executable, "-m", "service.cli", "serve", "--port",
+               str(self.port),
                "--data-dir", str(self.data_dir), *self.args]
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,

@@ -1,0 +1,5 @@
+"""``python -m bench.chaos``."""
+
+from bench.chaos.run import main
+
+main()

@@ -1,0 +1,168 @@
+"""The chaos run: a whole deployment under random faults, then an independent check.
+
+Real services, all started here and stopped by pid (``bench.chaos.deployment``): a
+ZooKeeper ensemble of 3, PostgreSQL (the checkpoint and metadata store), 3 coordinator
+replicas (leader-elected on ZooKeeper), a Kafka broker, Spark workers (one PySpark
+application each) and a keyed producer. For ``--minutes``, at random (seeded,
+``bench.chaos.faults``): kill -9 a worker (it restarts at once with the same processor id
+and location), kill -9 the leader replica (restarted a few seconds later) or SIGSTOP it,
+restart a ZooKeeper member, stop PostgreSQL; and every 30 s an elasticity factor change.
+
+``--stateful``: the counting app (per-key state, one standby per task, the blob store on
+an S3 API server), every replica and worker in a network namespace of its own, and four
+more faults on real links: the blob store unreachable for every worker for 20 s, a
+worker cut from the coordinators for longer than its lease (it must come back by
+itself), the leader replica cut from ZooKeeper for longer than its session, a worker cut
+from the blob store while it commits.
+
+Then everything is brought back, the producer stops, the output is drained and checked
+by a reader that shares nothing with the workers (``bench.chaos.check``):
+
+* lost: produced (key, seq) pairs never output: must be 0;
+* order violations: per key, first outputs in a sequence other than 0, 1, 2...: 0;
+* duplicates whose first output came from a worker process no fault hit (a killed or
+  partitioned worker's uncommitted batch is the only allowed cause): 0;
+* stateful: every output record, duplicates included, has count == seq + 1;
+* job model versions seen by each replica never go backwards; the last version's
+  barrier completes, with every worker in it; no worker exited on its own;
+* per kind of fault: how long output stopped and the duplicates it left.
+
+Run: .venv/bin/python -m bench.chaos [--minutes 10] [--workers 3] [--seed N] [--stateful]
+(``--stateful`` needs root: network namespaces.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from bench.chaos.check import check
+from bench.chaos.config import ChaosConfig, ChaosReport
+from bench.chaos.deployment import Deployment
+from bench.chaos.faults import Chaos
+from service.local.kafka import LocalKafka
+from service.local.orders import read_json_records
+from service.local.s3 import LocalS3
+from tests.infra.postgres import PostgresServer
+
+log = logging.getLogger("coxswain.chaos")
+
+
+class KeyedProducer:
+    """Produces keyed records at a steady rate in a thread; each key's value counts up."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int, rate: float) -> None:
+        self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 2,
+                            "enable.idempotence": True, "partitioner": "murmur2_random"})
+        self._topic, self._keys, self._rate = topic, keys, rate
+        self.seq: dict[str, int] = defaultdict(int)
+        self.total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        tick = 0.1
+        per_tick = max(1, round(self._rate * tick))
+        while not self._stop.wait(tick):
+            for _ in range(per_tick):
+                key = f"key-{self.total * 7919 % self._keys}"
+                self._p.produce(self._topic, key=key.encode(), value=str(self.seq[key]).encode())
+                self.seq[key] += 1
+                self.total += 1
+            self._p.poll(0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self._p.flush(60):
+            raise RuntimeError("the producer could not deliver every record")
+
+
+def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print,
+        kafka: LocalKafka | None = None, pg: PostgresServer | None = None,
+        s3: LocalS3 | None = None) -> ChaosReport:
+    """One chaos run; returns the independent check's report."""
+    report = ChaosReport(kinds=config.faults)
+    d = Deployment(root, config, kafka, pg, s3)
+    try:
+        producer = KeyedProducer(d.kafka.bootstrap, d.topic, config.keys, config.rate)
+        for i in range(config.workers):
+            d.start_worker(f"w{i}")
+        producer.start()
+        progress(f"deployment up; faults for {config.seconds:.0f}s (seed {config.seed})")
+        Chaos(d, config, report).run(config.seconds)
+        for i in list(d.stopped):
+            d.resume_replica(i)
+        d.restore_links()
+        for r in d.replicas:
+            if r.proc is None or r.proc.poll() is not None:
+                r.start(timeout_s=60)
+        producer.stop()
+        progress(f"faults over ({dict(report.faults)}); draining {producer.total} records")
+        started = time.monotonic()
+        deadline = started + 300
+        expected = {(k, s) for k, n in producer.seq.items() for s in range(n)}
+        records: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10)
+            if expected <= {(r["key"], r["seq"]) for r in records}:
+                break
+            time.sleep(3)
+        report.drain_seconds = time.monotonic() - started
+        for pid, w in d.workers.items():
+            if w.poll() is not None:
+                report.worker_exits.append(f"{pid} exited {w.returncode}")
+        deadline = time.monotonic() + 90
+        model: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            model = d.get("/jobmodel")
+            if model is not None:
+                report.final_version, report.final_barrier = model["version"], model["barrier"]
+                if model["barrier"] == "done" and set(model["containers"]) == set(d.workers):
+                    break  # every worker back in the job (the partitioned one by itself)
+            time.sleep(1)
+        if model is not None and set(model["containers"]) != set(d.workers):
+            report.worker_exits.append(f"not in the last job model: "
+                                       f"{sorted(set(d.workers) - set(model['containers']))}")
+        check(records, dict(producer.seq), d.killed_pids, report, config.stateful)
+        return report
+    finally:
+        d.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--stateful", action="store_true",
+                        help="the counting app with state, standbys and an S3 blob store, "
+                             "and network faults (needs root)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per status poll
+    config = ChaosConfig(seconds=args.minutes * 60, workers=args.workers, seed=args.seed,
+                         stateful=args.stateful)
+    root = Path(tempfile.mkdtemp(prefix="coxswain-chaos-"))
+    print(f"load average {os.getloadavg()[0]:.2f} at start; logs in {root}", flush=True)
+    started = time.monotonic()
+    report = run(config, root, lambda s: print(s, flush=True))
+    for line in report.lines():
+        print(line)
+    print(f"{(time.monotonic() - started) / 60:.1f} min in all; load average "
+          f"{os.getloadavg()[0]:.2f} at end; {'PASS' if report.ok else 'FAIL'}")
+    sys.exit(0 if report.ok else 1)
