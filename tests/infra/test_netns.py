@@ -82,5 +82,6 @@ def test_a_host_reaches_services_across_a_link_that_can_be_cut(tmp_path: Path) -
         host.stop()
         server.shutdown()
         server.server_close()
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = subprocess.run(["ip", "netns", "list"], check=True, capture_output=True,
+                           text=True).stdout
     assert host.name not in names  # nothing left behind
