@@ -18,7 +18,6 @@ Run: python -m bench.kinesis [--records 20000] [--rate 200] [--poll-ms 1000] [--
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -87,6 +86,7 @@ def spark_source(spark: Any, kinesis: LocalKinesis, stream: str, records: int) -
     from pyspark.sql import DataFrame
 
     from worker.kinesis_source import NAME
+    from worker.source_plan import PartitionStart, SourcePlan, write_plan
 
     seen, first, done = [0], [0.0], threading.Event()
 
@@ -98,9 +98,11 @@ def spark_source(spark: Any, kinesis: LocalKinesis, stream: str, records: int) -
             done.set()
 
     folder = tempfile.mkdtemp(prefix="bench-kinesis-")
+    plan = Path(folder) / "plan.json"
+    write_plan(plan, SourcePlan(1, {"0": PartitionStart("earliest")}))
     query = (spark.readStream.format(NAME).option("stream", stream)
              .option("endpoint", kinesis.endpoint).option("region", "us-east-1")
-             .option("shards", json.dumps({"0": {"start": "earliest", "ending": None}}))
+             .option("plan", str(plan))
              .option("maxRecordsPerShard", "10000").load()
              .writeStream.foreachBatch(count).option("checkpointLocation", folder)
              .trigger(processingTime="100 milliseconds").start())

@@ -25,24 +25,25 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from checkpoint.model import MAX_OFFSET_DIGITS
 from grouping.shards import shard_id, shard_partition
+from worker.source_plan import read_plan
 
 log = logging.getLogger("coxswain.kinesis")
 
 NAME = "coxswain-kinesis"
 SCHEMA = ("key binary, value binary, topic string, partition int, shard string, "
           "sequenceNumber string, offsetKey string, approximateArrivalTimestamp timestamp, "
-          "endOfShard boolean")
+          "endOfShard boolean, gen int")
 EARLIEST = "earliest"
 Row = tuple[bytes | None, bytes | None, str, int, str, str, str, dt.datetime | None, bool]
 
@@ -76,6 +77,10 @@ class ShardReader:
         # (GetRecords' MillisBehindLatest) and the records/s that arrived in what it read
         self.behind_ms: dict[int, int] = {}
         self.arrival_rate: dict[int, float] = {}
+
+    def ended(self, partition: int, ending: int) -> None:
+        """``partition`` is closed at ``ending`` (as the job model's lineage says)."""
+        self._endings[partition] = ending
 
     def read(self, partition: int, start: str, limit: int, until: int | None = None
              ) -> ShardRead:
@@ -114,8 +119,10 @@ class ShardReader:
                 self._iterators[partition] = (offset, iterator)
             if not out["Records"] and (out.get("MillisBehindLatest", 0) == 0 or until is None):
                 break  # caught up (an open shard gives empty pages forever)
-        if iterator is not None:
+        if iterator is not None and (until is None or not self._ends_at(partition, until)):
             return ShardRead(rows, offset, False)
+        # ended: no next iterator, or a replay of a batch that ended at the shard's end
+        # (its end marker's): Kinesis may hand out one more empty page of a closed shard
         self._iterators.pop(partition, None)
         self.behind_ms[partition] = 0  # ended: nothing behind
         ending = self._ending(partition)
@@ -164,6 +171,14 @@ class ShardReader:
         out = self._call(functools.partial(self._client.get_shard_iterator, **args))
         found: str | None = out.get("ShardIterator")
         return found
+
+    def _ends_at(self, partition: int, end: int) -> bool:
+        """Whether ``end`` is the end of ``partition`` (its ending sequence number + 1):
+        a batch that read it to the end."""
+        try:
+            return end == self._ending(partition) + 1
+        except RuntimeError:
+            return False  # still open
 
     def _ending(self, partition: int) -> int:
         """The ending sequence number of a shard that ended (from the job model's lineage,
@@ -219,16 +234,20 @@ def _client(options: Mapping[str, str]) -> Any:
 @dataclass
 class ShardRange(InputPartition):
     """One Spark input partition: the records of one shard from ``start`` (an offset) to
-    ``end`` (exclusive), and those records when the driver already has them."""
+    ``end`` (exclusive), and those records when the driver already has them; ``gen``:
+    the shard's source generation (``worker.source_plan``), a column of every row."""
 
     partition: int
     start: str
     end: str
     rows: list[Row] | None = None
+    gen: int = 0
 
 
 class KinesisStreamReader(DataSourceStreamReader):
-    """Spark's side of :class:`ShardReader`: one input partition per shard and batch.
+    """Spark's side of :class:`ShardReader`: one input partition per shard and batch,
+    for the shards the worker's source plan names (``worker.source_plan``, read at every
+    trigger: shards join and leave the query as its tasks do).
 
     Kinesis tells no shard's latest sequence number without reading its records, so the
     end of a batch is found by reading: ``latestOffset`` reads each shard from the batch's
@@ -237,27 +256,25 @@ class KinesisStreamReader(DataSourceStreamReader):
     reading everything twice (once to fix the end, once in the task) would halve what
     Kinesis's per-shard read limits allow. A batch replayed after a restart has no
     records kept: its tasks read their shard range from Kinesis (exactly: up to the
-    batch's end)."""
+    batch's end).
+
+    Offsets: ``{"v": plan version, "p": {shard: {"from", "to", "g"}}}`` (shard: its
+    partition number as text; ``from``/``to`` as :class:`ShardReader` takes them)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._stream = options["stream"]
-        # shard -> {"start": offset, "ending": sequence number or null}
-        self._shards: dict[str, dict[str, Any]] = json.loads(options["shards"])
+        self._plan_path = Path(options["plan"])
         self._limit = int(options.get("maxRecordsPerShard", "10000"))
         self._options = dict(options)
         self._shard_reader: ShardReader | None = None
-        self._kept: dict[tuple[int, str, str], list[Row]] = {}  # read ahead, not yet planned
-
-    def _endings(self) -> dict[int, int | None]:
-        return {int(p): None if s.get("ending") is None else int(s["ending"])
-                for p, s in self._shards.items()}
+        # read ahead, not yet planned: (shard, from, to, generation) -> rows
+        self._kept: dict[tuple[int, str, str, int], list[Row]] = {}
 
     @property
     def _reader(self) -> ShardReader:
         # made where it is used: Spark pickles this reader, a boto3 client does not pickle
         if self._shard_reader is None:
-            self._shard_reader = ShardReader(_client(self._options), self._stream,
-                                             self._endings())
+            self._shard_reader = ShardReader(_client(self._options), self._stream, {})
         return self._shard_reader
 
     def __getstate__(self) -> dict[str, Any]:
@@ -265,20 +282,34 @@ class KinesisStreamReader(DataSourceStreamReader):
         state["_shard_reader"], state["_kept"] = None, {}
         return state
 
-    def initialOffset(self) -> dict[str, str]:  # noqa: N802 (Spark's API)
-        now = f"ts:{int(time.time() * 1000)}"
-        return {p: now if s["start"] == "latest" else str(s["start"])
-                for p, s in self._shards.items()}
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's API)
+        return {"v": 0, "p": {}}
 
-    def latestOffset(self, start: dict[str, str], limit: Any = None  # noqa: N802
-                     ) -> dict[str, str]:
-        end = dict(start)
-        for p, offset in sorted(start.items()):
-            got = self._reader.read(int(p), offset, self._limit)
+    def latestOffset(self, start: dict[str, Any], limit: Any = None  # noqa: N802
+                     ) -> dict[str, Any]:
+        plan = read_plan(self._plan_path)
+        before: dict[str, dict[str, Any]] = start.get("p", {})
+        out: dict[str, dict[str, Any]] = {}
+        # read ahead for a batch never planned (the plan changed since): gone
+        self._kept = {k: v for k, v in self._kept.items() if str(k[0]) in plan.partitions}
+        for key, ps in sorted(plan.partitions.items()):
+            p = int(key)
+            if ps.ending is not None:
+                self._reader.ended(p, ps.ending)
+            prev = before.get(key)
+            if prev is None or prev["g"] != ps.generation:
+                offset = f"ts:{int(time.time() * 1000)}" if ps.start == "latest" else ps.start
+            else:
+                offset = str(prev["to"])
+            got = self._reader.read(p, offset, self._limit)
             if got.rows:
-                self._kept[(int(p), offset, got.next_offset)] = got.rows
-            end[p] = got.next_offset
-        return end
+                self._kept[(p, offset, got.next_offset, ps.generation)] = got.rows
+            out[key] = {"from": offset, "to": got.next_offset, "g": ps.generation}
+        if set(out) == set(before) and all(
+                v["from"] == v["to"] == before[k]["to"] and v["g"] == before[k]["g"]
+                for k, v in out.items()):
+            return start  # nothing new, nothing changed: no batch
+        return {"v": plan.version, "p": out}
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:  # noqa: N802
         """The backlog per shard, in the query's progress (``sources[0].latestOffset``):
@@ -286,36 +317,47 @@ class KinesisStreamReader(DataSourceStreamReader):
         latest sequence number, so this is the backlog, not an offset)."""
         if self._shard_reader is None:
             return None
-        return {p: found for p in self._shards
-                if (found := self._shard_reader.backlog(int(p)))}
+        plan = read_plan(self._plan_path)
+        return {k: found for k in plan.partitions
+                if (found := self._shard_reader.backlog(int(k)))}
 
-    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[ShardRange]:
-        return [ShardRange(int(p), offset, end[p], self._kept.pop((int(p), offset, end[p]),
-                                                                  None))
-                for p, offset in sorted(start.items()) if end.get(p, offset) != offset]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardRange]:
+        out = []
+        for key, r in sorted(end.get("p", {}).items()):
+            if r["to"] == r["from"]:
+                continue
+            p, gen = int(key), int(r["g"])
+            out.append(ShardRange(p, str(r["from"]), str(r["to"]),
+                                  self._kept.pop((p, str(r["from"]), str(r["to"]), gen),
+                                                 None), gen))
+        return out
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, ShardRange)
         if partition.rows is not None:
-            return iter(partition.rows)
-        if not partition.end.isdigit():
-            return iter(())
-        # a replay: this shard range again from Kinesis, exactly to the batch's end
-        got = self._reader.read(partition.partition, partition.start, 2**31,
-                                until=int(partition.end))
-        return iter(got.rows)
+            rows = partition.rows
+        elif not partition.end.isdigit():
+            rows = []
+        else:  # a replay: this shard range again from Kinesis, exactly to the batch's end
+            rows = self._reader.read(partition.partition, partition.start, 2**31,
+                                     until=int(partition.end)).rows
+        return iter([(*row, partition.gen) for row in rows])
 
-    def commit(self, end: dict[str, str]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         # records read for a batch that was never planned (Spark asked for the latest
-        # offset again) are dropped; only a read starting where this batch ended may be
-        self._kept = {k: v for k, v in self._kept.items() if k[1] == end.get(str(k[0]))}
+        # offset again) are dropped: of a shard this batch read, only a read starting
+        # where it ended may still be planned; a shard it did not read (one that joined
+        # since) keeps what was read ahead for it
+        ends = {int(k): (str(r["to"]), int(r["g"])) for k, r in end.get("p", {}).items()}
+        self._kept = {k: v for k, v in self._kept.items()
+                      if k[0] not in ends or (k[1], k[3]) == ends[k[0]]}
 
 
 class KinesisDataSource(DataSource):
     """``spark.readStream.format("coxswain-kinesis")`` with options ``stream``,
-    ``endpoint``, ``region``, ``shards`` (JSON: shard partition -> {"start", "ending"})
-    and ``maxRecordsPerShard`` (per trigger, 10000). Credentials: the usual AWS
-    variables."""
+    ``endpoint``, ``region``, ``plan`` (the path of the worker's
+    ``worker.source_plan``: shard partitions, their starts and endings) and
+    ``maxRecordsPerShard`` (per trigger, 10000). Credentials: the usual AWS variables."""
 
     @classmethod
     def name(cls) -> str:

@@ -30,13 +30,16 @@ EARLIEST, LATEST = -2, -1  # Spark's startingOffsets codes
 
 @dataclass(frozen=True, slots=True)
 class SspStart:
-    """One SSP(Kb) of a task and where it starts."""
+    """One SSP(Kb) of a task and where it starts; ``generation``: the source generation
+    of its partition from which its batches count (a task added where the partition was
+    read past its start waits for the partition to be read again from there)."""
 
     task: str
     topic: str
     partition: int
     key_bucket: int  # -1: the whole partition
     start: int  # an offset, EARLIEST or LATEST
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +157,8 @@ class QueryPlan:
         out: dict[str, Any] = {}
         for s in self.starts:
             end = end_offsets.get((s.topic, s.partition))
-            if end is None:
-                continue
+            if end is None or end <= s.start:
+                continue  # not read, or read again below where this key space was
             ssp: dict[str, Any] = {"system": self.system, "stream": s.topic,
                                    "partition": s.partition}
             if s.key_bucket >= 0:

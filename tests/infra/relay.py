@@ -3,7 +3,8 @@ forwards each connection to a target. ``cut()`` closes the listening socket and 
 relayed connection (clients then get connection refused, as from a server that went
 away); ``restore()`` listens again on the same port. The server behind it keeps running
 with its data: what a network outage between a client and its server looks like to the
-client, without stopping the server."""
+client, without stopping the server. ``bytes_per_s`` caps what all its connections carry
+together (a slow link), e.g. to keep a download going for a while."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 import selectors
 import socket
 import threading
+import time
 
 from service.local.ports import free_port
 
@@ -19,8 +21,9 @@ class Relay:
     """One relay from ``host:port`` to ``target``."""
 
     def __init__(self, target: tuple[str, int], port: int | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", bytes_per_s: float | None = None) -> None:
         self.target = target
+        self._bandwidth = Bandwidth(bytes_per_s) if bytes_per_s else None
         self.host = host
         self.port = port or free_port()
         self._lock = threading.Lock()
@@ -104,6 +107,8 @@ class Relay:
                     data = src.recv(65536)
                     if not data:
                         return
+                    if self._bandwidth is not None:
+                        self._bandwidth.take(len(data), self._stop)
                     key.data.sendall(data)
                 if self._stop.is_set():
                     return
@@ -116,6 +121,24 @@ class Relay:
             for s in (a, b):
                 with contextlib.suppress(OSError):
                     s.close()
+
+
+class Bandwidth:
+    """A token bucket shared by a relay's connections: ``take(n)`` returns once ``n``
+    bytes fit in the rate (at most a tenth of a second's worth may burst)."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self._rate = bytes_per_s
+        self._lock = threading.Lock()
+        self._allowed = time.monotonic()  # when the bucket is next empty
+
+    def take(self, n: int, stop: threading.Event) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._allowed = max(self._allowed, now - 0.1) + n / self._rate
+            wait_s = self._allowed - now
+        if wait_s > 0:
+            stop.wait(wait_s)
 
 
 def main() -> None:

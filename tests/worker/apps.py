@@ -52,6 +52,16 @@ def count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"key": list(rows["key"]), "value": values})
 
 
+def fat_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``count_task`` whose keys named ``fat-*`` also hold $FAT_STATE_BYTES (1 MB) of
+    random bytes each (incompressible): a big state to restore."""
+    size = int(os.environ.get("FAT_STATE_BYTES", "1000000"))
+    for k in rows["key"]:
+        if k.startswith(b"fat-"):
+            ctx.state.set_bytes(k, "pad", os.urandom(size))
+    return count_task(ctx, rows)
+
+
 def slow_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     """``echo_task`` with 4 ms of waiting per record (an external call): one task does at
     most 250 records/s, so throughput grows with the elasticity factor."""

@@ -72,17 +72,18 @@ def test_blob_store_outages_of_20_and_120_seconds_cost_no_worker_and_no_record(
         with server.client() as c:
             for outage_s in (20, 120):
                 before = committed(c, list(workers))
+                seen = len(read_all(kafka, output))  # everything so far is out
                 relay.cut()
                 cut_at = time.monotonic()
                 producing.send(200)
                 # processing goes on while commits fail (within the commit delay)
-                seen = len(read_all(kafka, output))
                 while len(read_all(kafka, output)) == seen:
                     alive(workers, tmp_path)
                     assert time.monotonic() - cut_at < outage_s, "no output in the outage"
                     time.sleep(0.5)
-                while time.monotonic() - cut_at < outage_s:
-                    alive(workers, tmp_path)
+                while time.monotonic() - cut_at < outage_s:  # records keep coming: past
+                    alive(workers, tmp_path)  # the commit delay, processing waits
+                    producing.send(10)
                     time.sleep(1)
                 assert committed(c, list(workers)) == before  # nothing committed meanwhile
                 relay.restore()

@@ -5,6 +5,7 @@ scale changes. Slow: each worker is a Spark application."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +67,14 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
          "--max-offsets-per-trigger", "400", *extra],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its JVM in its group
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
+
+
+def queries_started(tmp: Path, pid: str) -> list[int]:
+    """How many Spark queries each process of worker ``pid`` started, from its log (every
+    process appends to it, and logs its start once): one per process, or none when it
+    never got a task."""
+    runs = (tmp / f"{pid}.log").read_text().split("worker process ")[1:]
+    return [len(re.findall(r"query [0-9a-f-]{36} started", r)) for r in runs]
 
 
 def first_occurrences(records: list[dict[str, Any]]
@@ -165,6 +174,8 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
         assert seqs == sorted(seqs), (key, seqs[:20])
     versions = {r["version"] for r in records}
     assert len(versions) >= 5  # the work really moved through every job model
+    for pid in ("w0", "w1"):  # one query per worker across 1 -> 2 -> 4 -> 2 -> 1
+        assert queries_started(tmp_path, pid) == [1]
 
 
 def test_join_graceful_leave_and_kill_9(
@@ -212,6 +223,8 @@ def test_join_graceful_leave_and_kill_9(
     # one batch's worth (--max-offsets-per-trigger 400)
     assert all(d["at"] >= before_kill - 400 for d in duplicated), duplicated[:5]
     assert {r["processor"] for r in records} == {"w0", "w1", "w2"}
+    for pid in ("w0", "w1", "w2"):  # a join, a leave and a kill restart no query
+        assert queries_started(tmp_path, pid) == [1]
 
 
 def test_process_task_runs_per_virtual_task_in_offset_order(

@@ -23,6 +23,7 @@ from tests.worker.test_end_to_end import (
     crash,
     first_occurrences,
     new_topics,
+    queries_started,
     read_all,
     start_worker,
     stop_workers,
@@ -140,3 +141,8 @@ def test_split_merge_split_with_a_kill_keeps_every_keys_order(
     assert {r["shard"] for r in records} == {0, 1, 2, 3, 4, 5, 6}
     assert all(d["processor"] == "w1" for d in duplicated), duplicated[:5]
     assert all(d["at"] >= before_kill for d in duplicated), duplicated[:5]
+    # one query per worker process across the splits and the merge
+    # (the restarted w1 starts one once it gets a task, if it does before the end)
+    assert queries_started(tmp_path, "w0") == [1]
+    w1 = queries_started(tmp_path, "w1")
+    assert w1[0] == 1 and all(n <= 1 for n in w1), w1

@@ -4,9 +4,9 @@ exact replay of a batch."""
 
 from __future__ import annotations
 
-import json
 import pickle
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ import pytest
 from service.local.kinesis import CREDENTIALS, LocalKinesis
 from tests.service.test_kinesis_inputs import kinesis_client, wait_active
 from worker.kinesis_source import EARLIEST, KinesisStreamReader, ShardReader, offset_key
+from worker.source_plan import PartitionStart, SourcePlan, write_plan
 
 
 def _stream(client: Any, shards: int) -> str:
@@ -102,7 +103,7 @@ def test_a_replay_stops_at_the_batch_end(kinesis: LocalKinesis) -> None:
 
 
 def test_the_spark_reader_plans_a_partition_per_shard_and_replays_exactly(
-        kinesis: LocalKinesis, monkeypatch: pytest.MonkeyPatch) -> None:
+        kinesis: LocalKinesis, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``KinesisStreamReader`` as Spark drives it (no Spark needed): the latest offset
     reads ahead and each shard's records go to its own input partition; after a restart
     (a fresh reader, nothing kept) the same batch is read again from Kinesis, row for row;
@@ -112,10 +113,11 @@ def test_the_spark_reader_plans_a_partition_per_shard_and_replays_exactly(
     client = kinesis_client(kinesis)
     stream = _stream(client, 2)
     _put(client, stream, 40)
+    plan = tmp_path / "plan.json"
+    write_plan(plan, SourcePlan(1, {"0": PartitionStart("earliest"),
+                                    "1": PartitionStart("earliest")}))
     options = {"stream": stream, "endpoint": kinesis.endpoint, "region": "us-east-1",
-               "maxRecordsPerShard": "15", "shards": json.dumps(
-                   {"0": {"start": "earliest", "ending": None},
-                    "1": {"start": "earliest", "ending": None}})}
+               "maxRecordsPerShard": "15", "plan": str(plan)}
     reader = KinesisStreamReader(options)
     start = reader.initialOffset()
     end = reader.latestOffset(start)
@@ -132,3 +134,82 @@ def test_the_spark_reader_plans_a_partition_per_shard_and_replays_exactly(
             for r in rows}
     assert len(seen) == sum(len(v) for v in first.values()) + sum(
         len(p.rows or []) for p in following)  # no record in two batches
+
+
+def test_the_reader_follows_its_plan_shards_join_leave_and_are_read_again(
+        kinesis: LocalKinesis, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The source plan changes between triggers: a shard joins (from its start), one
+    leaves, a generation bump reads a shard again from an earlier start; rows carry their
+    shard's generation; nothing new and no change: the same offsets (no batch)."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    client = kinesis_client(kinesis)
+    stream = _stream(client, 2)
+    seqs = _put(client, stream, 30)
+    plan = tmp_path / "plan.json"
+    write_plan(plan, SourcePlan(1, {"0": PartitionStart("earliest")}))
+    reader = KinesisStreamReader({"stream": stream, "endpoint": kinesis.endpoint,
+                                  "region": "us-east-1", "maxRecordsPerShard": "1000",
+                                  "plan": str(plan)})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start)
+    assert set(end["p"]) == {"0"}
+    rows0 = [r for p in reader.partitions(start, end) for r in reader.read(p)]
+    assert rows0 and all(r[-1] == 0 for r in rows0)  # generation 0
+    reader.commit(end)
+    assert reader.latestOffset(end) is end  # nothing new, nothing changed
+    write_plan(plan, SourcePlan(2, {"1": PartitionStart("earliest", generation=3)}))
+    after = reader.latestOffset(end)
+    assert set(after["p"]) == {"1"} and after["p"]["1"]["g"] == 3
+    rows1 = [r for p in reader.partitions(end, after) for r in reader.read(p)]
+    assert {r[3] for r in rows1} == {1} and all(r[-1] == 3 for r in rows1)
+    assert len(rows0) + len(rows1) == len(seqs)
+    reader.commit(after)
+    # shard 1 again from its third record (after its second), at a new generation
+    second = sorted(int(r[5]) for r in rows1)[1]
+    write_plan(plan, SourcePlan(3, {"1": PartitionStart(str(second + 1), generation=4)}))
+    again = reader.latestOffset(after)
+    rows = [r for p in reader.partitions(after, again) for r in reader.read(p)]
+    assert len(rows) == len(rows1) - 2 and all(r[-1] == 4 for r in rows)
+
+
+def test_a_joining_shards_read_ahead_survives_the_last_batchs_commit(
+        kinesis: LocalKinesis, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Spark commits a batch after it asked for the next one's end: the records read
+    ahead for a shard that joined the plan meanwhile are still planned (a replay of a
+    closed shard's end could give no end marker, and a parent would never finish)."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    client = kinesis_client(kinesis)
+    stream = _stream(client, 2)
+    _put(client, stream, 20)
+    plan = tmp_path / "plan.json"
+    write_plan(plan, SourcePlan(1, {"0": PartitionStart("earliest")}))
+    reader = KinesisStreamReader({"stream": stream, "endpoint": kinesis.endpoint,
+                                  "region": "us-east-1", "maxRecordsPerShard": "1000",
+                                  "plan": str(plan)})
+    first = reader.latestOffset(reader.initialOffset())
+    write_plan(plan, SourcePlan(2, {"0": PartitionStart("earliest"),
+                                    "1": PartitionStart("earliest", generation=2)}))
+    second = reader.latestOffset(first)
+    reader.commit(first)  # (after the next end was asked for)
+    ranges = [p for p in reader.partitions(first, second) if p.partition == 1]
+    assert ranges and ranges[0].rows, ranges  # planned from what was read, not a replay
+
+
+def test_a_replay_of_a_batch_that_ended_a_shard_gives_its_end_marker(
+        kinesis: LocalKinesis) -> None:
+    client = kinesis_client(kinesis)
+    stream = _stream(client, 1)
+    seqs = _put(client, stream, 10)
+    reader = ShardReader(client, stream, {0: None})
+    after = reader.read(0, EARLIEST, 100).next_offset
+    client.split_shard(StreamName=stream, ShardToSplit="shardId-000000000000",
+                       NewStartingHashKey=str(2**127))
+    wait_active(client, stream)
+    end = reader.read(0, after, 100)
+    assert end.ended and end.rows[-1][-1] is True  # the marker
+    replay = ShardReader(client, stream, {0: None}).read(0, after, 2**31,
+                                                          until=int(end.next_offset))
+    assert replay.ended and [r[-1] for r in replay.rows] == [True], replay.rows
+    assert int(seqs[-1]) < int(end.next_offset)

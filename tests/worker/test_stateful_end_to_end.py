@@ -25,6 +25,7 @@ from tests.worker.test_end_to_end import (
     coordinator_for,
     crash,
     new_topics,
+    queries_started,
     read_all,
     start_worker,
     stop_workers,
@@ -320,6 +321,9 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
         stop_workers(list(workers.values()))
     check_counts(kafka, output, producing)
     assert composed, "no task reported a composed restore"
+    for pid in ("w0", "w1"):  # one query per worker process (each started twice; the
+        runs = queries_started(tmp_path, pid)  # second once it gets a task)
+        assert runs[0] == 1 and all(n <= 1 for n in runs), (pid, runs)
 
 
 def test_a_restarted_worker_gets_its_tasks_back_once_its_standby_copies_catch_up(

@@ -1,0 +1,359 @@
+"""Handover latency and cost, old worker runtime against the new one (issue #30).
+
+Each scenario runs a coordinator (embedded store), Kafka or kinesalite, and Spark workers
+as processes; the workers of one runtime run from one checkout (``--new``, this one, and
+``--old``, a checkout of the runtime that restarted its query at every change, with its
+own ``.venv``). Changes, each from a steady state:
+
+* ``scale-up`` / ``scale-down``: ``POST /scale`` 2 -> 4 / 4 -> 2, two workers;
+* ``join``: a third worker starts (timed from its registration);
+* ``leave``: one of three stops gracefully (SIGTERM);
+* ``kill``: one of two is killed -9 (its long poll's connection closes);
+* ``split``: a Kinesis shard is split (timed from the parents' last record to the
+  children's first).
+
+Measured per change: seconds from the trigger to the first output under the new version
+(a record whose ``version`` is the new one's or later), to the version's barrier done,
+and the records the change cost: the steady rate before it times the window minus what
+came out in it (``--window-s`` after the trigger). ``saturated``: a backlog bigger than
+the workers take (the app waits 2 ms per record, 2 workers at ``local[1]``); ``quiet``:
+records at a rate the workers keep up with. Steady state: records/s of one worker on a
+0-work job and on the 2 ms job, factor 1 and 4.
+
+    .venv/bin/python -m bench.handover --old /work/wt [--runs 3] [--only scale-up,kill]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from service.local.kafka import LocalKafka
+from service.local.kinesis import CREDENTIALS, LocalKinesis
+from service.local.kinesis import client as kinesis_client
+from service.local.orders import create_topics
+from service.local.ports import kill_process_group, stop_process_group
+from tests.service.server import Server
+
+APPS = {"slow": "tests.worker.apps:slow_echo_task", "none": "tests.worker.apps:echo_task",
+        "kinesis": "tests.worker.apps:kinesis_echo_task"}
+WORK_S = {"slow": 0.004, "none": 0.0}  # what slow_echo_task waits per record
+
+
+@dataclass
+class Output:
+    """Tails an output topic: (arrival time, record) of every record."""
+
+    bootstrap: str
+    topic: str
+    seen: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Output:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": uuid.uuid4().hex,
+                      "log_level": 2})
+        c.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        while not self._stop.is_set():
+            for m in c.consume(1000, 0.2):
+                if m.error() is None:
+                    self.seen.append((time.time(), json.loads(m.value() or b"{}")))
+        c.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def rate(self, start: float, end: float) -> float:
+        return sum(1 for t, _ in self.seen if start <= t < end) / max(1e-9, end - start)
+
+
+@dataclass
+class Rig:
+    """One scenario's processes."""
+
+    root: Path
+    kafka: LocalKafka
+    tree: Path  # the checkout whose runtime the workers run
+    server: Server | None = None
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def worker(self, pid: str, app: str, output: str, *extra: str) -> None:
+        log = (self.root / f"{pid}.log").open("ab")
+        assert self.server is not None
+        self.workers[pid] = subprocess.Popen(
+            [str(self.tree / ".venv" / "bin" / "python"), "-m", "service.cli", "worker",
+             "--coordinator", self.server.url, "--app", app, "--api", "task",
+             "--output-topic", output, "--kafka-bootstrap", self.kafka.bootstrap,
+             "--processor-id", pid, "--location", f"host-{pid}", "--spark-master",
+             "local[1]", "--max-offsets-per-trigger", "400", *extra],
+            cwd=self.tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **CREDENTIALS, "PYTHONPATH": str(self.tree)})
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            stop_process_group(w, grace_s=60)
+        if self.server is not None:
+            self.server.stop()
+
+
+def produce(kafka: LocalKafka, topic: str, n: int, keys: int = 2000) -> None:
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+                  "linger.ms": 20, "log_level": 2})
+    seq: dict[str, int] = {}
+    for i in range(n):
+        key = f"k{i * 7919 % keys}"
+        seq[key] = seq.get(key, -1) + 1
+        p.produce(topic, key=key.encode(), value=str(seq[key]).encode())
+        if i % 20000 == 0:
+            p.flush()
+    p.flush()
+
+
+def feeder(kafka: LocalKafka, topic: str, rate: float, stop: threading.Event) -> None:
+    """Records at ``rate``/s until ``stop``."""
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+                  "log_level": 2})
+    i = 0
+    while not stop.wait(0.1):
+        for _ in range(max(1, int(rate / 10))):
+            p.produce(topic, key=f"k{i % 2000}".encode(), value=b"0")
+            i += 1
+        p.poll(0)
+    p.flush()
+
+
+def wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out: {what}")
+        time.sleep(0.1)
+
+
+def barrier_done(api: httpx.Client, version: int) -> bool:
+    m = api.get("/jobmodel").json()
+    return int(m["version"]) >= version and m["barrier"] == "done"
+
+
+def change(kind: str, rig: Rig, out: Output, api: httpx.Client, output: str,
+           window_s: float) -> dict[str, float]:
+    """Trigger ``kind`` from a steady state; what it cost."""
+    before = int(api.get("/jobmodel").json()["version"])
+    steady_from = time.time() - 8
+    t0 = time.time()
+    if kind == "scale-up":
+        api.post("/scale", json={"elasticityFactor": 4}).raise_for_status()
+    elif kind == "scale-down":
+        api.post("/scale", json={"elasticityFactor": 2}).raise_for_status()
+    elif kind == "join":
+        rig.worker("w2", APPS["slow"], output)
+    elif kind == "leave":
+        rig.workers["w2"].send_signal(15)
+    elif kind == "kill":
+        victim = rig.workers.pop("w1")
+        kill_process_group(victim.pid)
+        victim.wait(30)
+    wait(lambda: int(api.get("/jobmodel").json()["version"]) > before, 120,
+         f"{kind}: a new version")
+    version = int(api.get("/jobmodel").json()["version"])
+    wait(lambda: barrier_done(api, version), 120, f"{kind}: barrier of {version}")
+    barrier = time.time() - t0
+    wait(lambda: any(r.get("version", 0) >= version and t >= t0 for t, r in out.seen), 120,
+         f"{kind}: output under version {version}")
+    first = min(t for t, r in out.seen if r.get("version", 0) >= version and t >= t0) - t0
+    time.sleep(max(0.0, t0 + window_s - time.time()))
+    steady = out.rate(steady_from, t0)
+    got = sum(1 for t, _ in out.seen if t0 <= t < t0 + window_s)
+    return {"firstOutputS": round(first, 2), "barrierS": round(barrier, 2),
+            "lostRecords": round(max(0.0, steady * window_s - got)),
+            "steadyRate": round(steady, 1)}
+
+
+def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bool,
+             window_s: float) -> dict[str, float]:
+    topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka.bootstrap, [(topic, 4), (output, 1)])
+    work = root / f"{tree.name}-{kind}-{uuid.uuid4().hex[:4]}"
+    work.mkdir(parents=True)
+    rig = Rig(work, kafka, tree)
+    stop = threading.Event()
+    out = Output(kafka.bootstrap, output).start()
+    try:
+        if saturated:
+            produce(kafka, topic, 200_000)  # more than the workers take in the run
+        else:
+            threading.Thread(target=feeder, args=(kafka, topic, 100.0, stop),
+                             daemon=True).start()
+        factor = "4" if kind == "scale-down" else "2"
+        rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
+                                   f"kafka.{topic}", "--elasticity-factor", factor,
+                                   "--debounce-ms", "200"]).start()
+        count = 3 if kind == "leave" else 2
+        for i in range(count):
+            rig.worker(f"w{i}", APPS["slow"], output)
+        with rig.server.client() as api:
+            # steady: every worker in the model, its barrier done, output flowing 10 s
+            wait(lambda: len(api.get("/jobmodel").json().get("containers", {})) == count
+                 if api.get("/jobmodel").status_code == 200 else False, 240, "workers")
+            v = int(api.get("/jobmodel").json()["version"])
+            wait(lambda: barrier_done(api, v), 120, "first barrier")
+            wait(lambda: out.rate(time.time() - 5, time.time()) > 0, 240, "output")
+            time.sleep(10)
+            return change(kind, rig, out, api, output, window_s)
+    finally:
+        stop.set()
+        out.stop()
+        rig.close()
+
+
+def kinesis_split(tree: Path, kafka: LocalKafka, kinesis: LocalKinesis, root: Path
+                  ) -> dict[str, float]:
+    """A split of a one-shard stream fed at 50/s: from the parent's last record processed
+    to the first child record processed."""
+    c = kinesis_client(kinesis.endpoint)
+    stream = f"split-{uuid.uuid4().hex[:6]}"
+    c.create_stream(StreamName=stream, ShardCount=1)
+    while c.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+            "StreamStatus"] != "ACTIVE":
+        time.sleep(0.02)
+    output = f"out-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka.bootstrap, [(output, 1)])
+    work = root / f"{tree.name}-split-{uuid.uuid4().hex[:4]}"
+    work.mkdir(parents=True)
+    rig = Rig(work, kafka, tree)
+    out = Output(kafka.bootstrap, output).start()
+    stop = threading.Event()
+
+    def feed() -> None:
+        i = 0
+        while not stop.wait(0.02):
+            c.put_record(StreamName=stream, PartitionKey=f"k{i % 100}", Data=b"0")
+            i += 1
+
+    try:
+        rig.server = Server(work, ["--input", f"kinesis.{stream}", "--kinesis-endpoint",
+                                   kinesis.endpoint, "--partition-poll-interval-ms", "500",
+                                   "--debounce-ms", "200"], dict(CREDENTIALS)).start()
+        rig.worker("w0", APPS["kinesis"], output, "--kinesis-endpoint", kinesis.endpoint)
+        threading.Thread(target=feed, daemon=True).start()
+        wait(lambda: bool(out.seen), 240, "output")
+        time.sleep(8)
+        t0 = time.time()
+        c.split_shard(StreamName=stream, ShardToSplit="shardId-000000000000",
+                      NewStartingHashKey=str(2**127))
+        wait(lambda: any(r["shard"] != 0 for _, r in out.seen), 240, "a child record")
+        first_child = min(t for t, r in out.seen if r["shard"] != 0)
+        last_parent = max(t for t, r in out.seen if r["shard"] == 0)
+        return {"firstChildS": round(first_child - t0, 2),
+                "beyondParentsEndS": round(first_child - last_parent, 2)}
+    finally:
+        stop.set()
+        out.stop()
+        rig.close()
+
+
+def throughput(tree: Path, kafka: LocalKafka, root: Path, app: str, factor: int
+               ) -> float:
+    """Records/s of one worker (``local[1]``) draining a backlog, Spark start excluded."""
+    topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
+    n = 6000 if app == "slow" else 60_000
+    create_topics(kafka.bootstrap, [(topic, 2), (output, 1)])
+    produce(kafka, topic, n)
+    work = root / f"{tree.name}-rate-{uuid.uuid4().hex[:4]}"
+    work.mkdir(parents=True)
+    rig = Rig(work, kafka, tree)
+    out = Output(kafka.bootstrap, output).start()
+    try:
+        rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
+                                   f"kafka.{topic}", "--elasticity-factor", str(factor),
+                                   "--debounce-ms", "200"]).start()
+        rig.worker("w0", APPS[app], output)
+        wait(lambda: len(out.seen) >= n, 900, f"{n} records out")
+        times = sorted(t for t, _ in out.seen)
+        # from the first tenth to the last: the first batch's start excluded
+        lo, hi = times[n // 10], times[-1]
+        return (n - n // 10) / max(1e-9, hi - lo)
+    finally:
+        out.stop()
+        rig.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--old", type=Path, required=True, help="checkout of the old runtime")
+    p.add_argument("--new", type=Path, default=Path(__file__).resolve().parents[1])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--quiet-runs", type=int, default=None,
+                   help="runs of each quiet-machine change (default: --runs)")
+    p.add_argument("--window-s", type=float, default=15.0)
+    p.add_argument("--only", default="", help="comma-separated parts to run")
+    args = p.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    kafka = LocalKafka.create().start()
+    kinesis = LocalKinesis.start()
+    root = Path(tempfile.mkdtemp(prefix="bench-handover-"))
+    os.environ.update(CREDENTIALS)
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    try:
+        for mode in ("saturated", "quiet"):
+            for kind in ("scale-up", "scale-down", "join", "leave", "kill"):
+                if only and kind not in only:
+                    continue
+                runs = args.runs if mode == "saturated" else (args.quiet_runs or args.runs)
+                for tree in (args.old, args.new):
+                    for _ in range(runs):
+                        row = scenario(kind, tree, kafka, root, mode == "saturated",
+                                       args.window_s)
+                        results.setdefault(f"{kind} ({mode})", {}).setdefault(
+                            tree.name, []).append(row)
+                        print(json.dumps({"change": kind, "mode": mode,
+                                          "tree": str(tree), **row}), flush=True)
+        if not only or "split" in only:
+            for tree in (args.old, args.new):
+                for _ in range(args.runs):
+                    row = kinesis_split(tree, kafka, kinesis, root)
+                    results.setdefault("Kinesis split (quiet)", {}).setdefault(
+                        tree.name, []).append(row)
+                    print(json.dumps({"change": "split", "tree": str(tree), **row}),
+                          flush=True)
+        if not only or "throughput" in only:
+            for app, factor in (("none", 1), ("slow", 1), ("slow", 4)):
+                for tree in (args.old, args.new):
+                    rates = [throughput(tree, kafka, root, app, factor)
+                             for _ in range(args.runs)]
+                    print(json.dumps({"throughput": app, "factor": factor,
+                                      "tree": str(tree),
+                                      "recordsPerSecond": [round(r) for r in rates]}),
+                          flush=True)
+    finally:
+        kinesis.stop()
+        kafka.destroy()
+    print("\nmedians:")
+    for change_name, trees in results.items():
+        for tree_name, rows in trees.items():
+            keys = rows[0].keys()
+            print(f"  {change_name:26s} {tree_name:8s} " + "  ".join(
+                f"{k} {statistics.median(r[k] for r in rows):g}" for k in keys))
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

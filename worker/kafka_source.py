@@ -1,0 +1,234 @@
+"""A Kafka source for Spark Structured Streaming that follows the worker's assignment
+(PySpark's Python data source API, with confluent-kafka).
+
+Spark's own Kafka source reads a partition set fixed when its query starts; a worker
+that kept one query for its life while its tasks change needs a source that plans each
+micro-batch from the current assignment: this one reads ``worker.source_plan`` (the
+partitions and where each starts) at every trigger, in the driver's source process, and
+asks the broker for the partitions' ends (the last stable offsets, as a read-committed
+consumer sees them) in one request. A batch is one Spark input partition per Kafka
+partition with records, ``[from, to)``; the executors' Python workers read exactly those
+offsets with a consumer assigned to them (no consumer group, nothing committed: Coxswain's
+per-bucket checkpoints decide where tasks start) and hand Spark Arrow record batches.
+
+Offsets (Spark's log of each batch): ``{"v": plan version, "p": {"topic/partition":
+{"from", "to", "g"}}}``: the batch's range of every partition and the generation of the
+plan's start it continues from (``worker.source_plan``), also a column of every row
+(``gen``: ``worker.running`` counts a task's batches from its generation on). With no new
+record and no change of plan, the end is the start again, so Spark runs no batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from worker.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
+
+NAME = "coxswain-kafka"
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+          "timestamp timestamp, gen int")
+READ_STALL_S = 60.0  # an executor waiting this long for offsets the broker had: fail
+CHUNK = 20_000  # records per Arrow batch handed to Spark
+
+
+@dataclass
+class KafkaRange(InputPartition):
+    """One Spark input partition: the records of one Kafka partition in [start, end),
+    read at the partition's source generation ``gen`` (a column of every row)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    gen: int = 0
+
+
+def _budget(available: Mapping[str, int], limit: int | None) -> dict[str, int]:
+    """Records each partition may read this trigger: all, or ``limit`` split in
+    proportion to what each has (at least one record each that has any)."""
+    total = sum(available.values())
+    if limit is None or total <= limit:
+        return dict(available)
+    return {k: min(n, max(1, n * limit // total)) if n else 0 for k, n in available.items()}
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Spark's side of the source: plans batches in the driver's source process, reads
+    them in the executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = dict(options)
+        self._plan_path = Path(options["plan"])
+        self._bootstrap = options["bootstrap"]
+        raw = options.get("maxOffsetsPerTrigger") or ""
+        self._limit = int(raw) if raw else None
+        self._admin: Any = None
+        self._latest: dict[str, int] = {}  # each partition's end at the last trigger
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_admin"] = None  # not picklable; made where it is used
+        return state
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's API)
+        return {"v": 0, "p": {}}
+
+    def latestOffset(self, start: dict[str, Any], limit: Any = None  # noqa: N802
+                     ) -> dict[str, Any]:
+        plan = read_plan(self._plan_path)
+        before: dict[str, dict[str, int]] = start.get("p", {})
+        keys = sorted(plan.partitions)
+        ends = self._offsets(keys, "latest")
+        self._latest = ends
+        positions: dict[str, int] = {}
+        restart = [k for k in keys if k not in before
+                   or before[k]["g"] != plan.partitions[k].generation]
+        earliest = self._offsets([k for k in restart
+                                  if plan.partitions[k].start == EARLIEST], "earliest")
+        for k in keys:
+            if k in restart:
+                raw = plan.partitions[k].start
+                positions[k] = (earliest[k] if raw == EARLIEST else ends[k] if raw == LATEST
+                                else int(raw))
+            else:
+                positions[k] = before[k]["to"]
+        budget = _budget({k: max(0, ends[k] - positions[k]) for k in keys}, self._limit)
+        out = {k: {"from": positions[k], "to": positions[k] + budget[k],
+                   "g": plan.partitions[k].generation} for k in keys}
+        if set(out) == set(before) and all(
+                v["from"] == v["to"] == before[k]["to"] and v["g"] == before[k]["g"]
+                for k, v in out.items()):
+            return start  # nothing new, nothing changed: no batch
+        return {"v": plan.version, "p": out}
+
+    def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802
+        """Each partition's end (last stable offset) at the last trigger, in the query's
+        progress: what the worker measures its tasks' backlog against."""
+        return dict(self._latest) or None
+
+    def _offsets(self, keys: list[str], which: str) -> dict[str, int]:
+        """The partitions' latest stable (read-committed) or earliest offsets."""
+        if not keys:
+            return {}
+        from confluent_kafka import IsolationLevel, TopicPartition  # noqa: PLC0415
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]  # noqa: PLC0415
+            AdminClient,
+            OffsetSpec,
+        )
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self._bootstrap,
+                                       "log_level": 3})
+        spec = (OffsetSpec.latest() if which == "latest"  # type: ignore[no-untyped-call]
+                else OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        wanted = {TopicPartition(*split_key(k)): spec for k in keys}
+        futures = self._admin.list_offsets(
+            wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+        return {f"{tp.topic}/{tp.partition}": int(f.result().offset)
+                for tp, f in futures.items()}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRange]:
+        return [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
+                for k, r in sorted(end.get("p", {}).items()) if r["to"] > r["from"]]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self._bootstrap, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # Coxswain's checkpoints say where tasks start; nothing to keep here
+
+
+def read_range(bootstrap: str, r: KafkaRange) -> Iterator[Any]:
+    """The records of ``r`` as Arrow record batches (in the executor's Python worker)."""
+    import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415 (executor side)
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"coxswain-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "enable.auto.offset.store": False,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "log_level": 3})
+    try:
+        tp = TopicPartition(r.topic, r.partition, r.start)
+        consumer.assign([tp])
+        position, stalled_since = r.start, time.monotonic()
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        while position < r.end:
+            msgs = consumer.consume(num_messages=min(CHUNK, r.end - position), timeout=1.0)
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    raise RuntimeError(f"reading {r.topic}[{r.partition}]: {err}")
+                offset = m.offset() or 0  # (set on every consumed record)
+                if offset >= r.end:
+                    position = r.end
+                    break
+                keys.append(m.key())
+                values.append(m.value())
+                offsets.append(offset)
+                stamps.append(m.timestamp()[1])
+                position = offset + 1
+            if not msgs:  # markers or a compacted gap before ``end``: where are we now?
+                position = max(position, consumer.position([tp])[0].offset)
+                if time.monotonic() - stalled_since > READ_STALL_S:
+                    raise RuntimeError(f"{r.topic}[{r.partition}]: no record between "
+                                       f"{position} and {r.end} for {READ_STALL_S:.0f}s")
+            else:
+                stalled_since = time.monotonic()
+            if len(offsets) >= CHUNK or (position >= r.end and offsets):
+                yield _batch(pa, r, keys, values, offsets, stamps)
+                keys, values, offsets, stamps = [], [], [], []
+    finally:
+        consumer.close()
+
+
+def _batch(pa: Any, r: KafkaRange, keys: list[bytes | None], values: list[bytes | None],
+           offsets: list[int], stamps: list[int]) -> Any:
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays([
+        pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+        pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array([dt.datetime.fromtimestamp(s / 1000, dt.UTC) for s in stamps],
+                 pa.timestamp("us", tz="UTC")), pa.array([r.gen] * n, pa.int32())],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "gen"])
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("coxswain-kafka")`` with options ``plan`` (the path of
+    the worker's ``worker.source_plan``), ``bootstrap`` and ``maxOffsetsPerTrigger``
+    (records per trigger over all partitions; default: no limit)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> KafkaStreamReader:  # noqa: N802
+        return KafkaStreamReader(self.options)
+
+
+def kafka_stream(spark: Any, plan: Path, bootstrap: str,
+                 max_offsets_per_trigger: int | None = None) -> Any:
+    """The streaming DataFrame of the partitions ``plan`` names."""
+    spark.dataSource.register(KafkaDataSource)
+    return (spark.readStream.format(NAME).option("plan", str(plan))
+            .option("bootstrap", bootstrap)
+            .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or ""))
+            .load())
+
+
+__all__ = ["NAME", "KafkaDataSource", "KafkaRange", "SourcePlan", "kafka_stream"]

@@ -1,0 +1,188 @@
+"""What a worker's one long-running query processes, from batch to batch (pure): the
+running tasks (a ``QueryPlan``: their key spaces, starts and skip watermarks) and the
+source plan the query reads (``worker.source_plan``). A handover changes them at a batch
+boundary; the query goes on.
+
+* Removing tasks drops their key spaces (and the partitions no task reads any more).
+* Adding tasks adds theirs at their resolved starts. A partition the query does not read
+  yet starts where its new tasks start. A partition it reads already but past a new
+  task's start is read again from there: its source generation goes up, and the new
+  task counts only batches of that generation (an older batch may still be in flight).
+* Each batch runs the plan :func:`for_batch` makes: the key spaces whose generation the
+  batch's rows have reached, each from the furthest of its start and where it got to
+  in an earlier batch (``done``), so a partition read again is processed again by none
+  of the tasks that had read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from worker.plan import EARLIEST, LATEST, QueryPlan, SspStart
+from worker.source_plan import PartitionStart, SourcePlan, partition_key
+
+#: (task, topic, partition) -> the next offset after what the task processed there
+Done = Mapping[tuple[str, str, int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """The running tasks and the source plan, with the next generation to hand out."""
+
+    plan: QueryPlan
+    source: SourcePlan = field(default_factory=SourcePlan)
+    next_generation: int = 1
+
+    @property
+    def tasks(self) -> frozenset[str]:
+        """The running tasks."""
+        return frozenset(s.task for s in self.plan.starts)
+
+
+def nothing(system: str = "kafka", factor: int = 1) -> Running:
+    """No task running."""
+    return Running(QueryPlan(0, factor, (), system=system))
+
+
+def _key(plan: QueryPlan, topic: str, partition: int) -> str:
+    # Kinesis sources know one stream: shards by number; Kafka: topic/partition
+    return str(partition) if plan.system == "kinesis" else partition_key(topic, partition)
+
+
+def _source_start(start: int) -> str:
+    return {EARLIEST: "earliest", LATEST: "latest"}.get(start, str(start))
+
+
+def remove(running: Running, tasks: Iterable[str]) -> Running:
+    """``running`` without ``tasks`` (and the partitions no task reads any more). The
+    tasks kept go on committing under the version they run under: the version that
+    removed the others is not in force before its barrier is done (the coordinator fences
+    a commit tagged with it until then), and a commit tagged with an older version is
+    accepted as long as its tasks were this processor's in every version since."""
+    gone = set(tasks)
+    starts = tuple(s for s in running.plan.starts if s.task not in gone)
+    kept = {(s.topic, s.partition) for s in starts}
+    skips = tuple(w for w in running.plan.skips if (w.topic, w.partition) in kept
+                  and any(s.topic == w.topic and s.partition == w.partition
+                          for s in starts))
+    plan = replace(running.plan, starts=starts, skips=skips,
+                   waiting=tuple(t for t in running.plan.waiting if t not in gone))
+    keys = {_key(plan, t, p) for t, p in kept}
+    source = SourcePlan(running.source.version + 1,
+                        {k: v for k, v in running.source.partitions.items() if k in keys})
+    return replace(running, plan=plan, source=source)
+
+
+def add(running: Running, new: QueryPlan, read: Mapping[tuple[str, int], int],
+        done: Done) -> Running:
+    """``running`` with the tasks of ``new`` (a plan of those tasks only, from their
+    resolved checkpoints) added; ``read``: per partition, where this worker's processed
+    batches got to (the end of the last one with its records); ``done``: where each
+    running task got to. Commits from now on are tagged ``new.version``."""
+    partitions = dict(running.source.partitions)
+    generation = running.next_generation
+    starts = list(running.plan.starts)
+    for (topic, p), first in sorted(_earliest(new.starts).items()):
+        key = _key(new, topic, p)
+        known = partitions.get(key)
+        if known is None or _rewinds(known, read.get((topic, p)), first):
+            # read again from what every task of it still needs: a running task that
+            # no batch of the partition's generation reached yet needs its start
+            needed = _earliest([*new.starts, *(
+                replace(s, start=done.get((s.task, s.topic, s.partition), s.start))
+                for s in running.plan.starts if (s.topic, s.partition) == (topic, p))])
+            partitions[key] = PartitionStart(_source_start(needed[(topic, p)]), generation)
+            generation += 1
+            gen = partitions[key].generation
+        else:  # read already from before this start: its current batches do
+            gen = 0
+        starts += [replace(s, generation=gen) for s in new.starts
+                   if (s.topic, s.partition) == (topic, p)]
+    endings = {(t, p): e for t, p, e in (*running.plan.endings, *new.endings)}
+    if new.system == "kinesis":  # a shard's end, once the lineage has it
+        by_shard = {p: e for (_, p), e in endings.items()}
+        partitions = {k: replace(v, ending=by_shard.get(int(k), v.ending))
+                      for k, v in partitions.items()}
+    plan = replace(running.plan, version=new.version, factor=new.factor,
+                   system=new.system, starts=tuple(starts),
+                   skips=(*running.plan.skips, *new.skips),
+                   endings=tuple(sorted((t, p, e) for (t, p), e in endings.items())))
+    return Running(plan, SourcePlan(running.source.version + 1, partitions), generation)
+
+
+def _rewinds(known: PartitionStart, got: int | None, first: int) -> bool:
+    """Whether a partition the query reads must be read again from ``first``: its
+    processed batches got past it (or, none processed yet, its planned start is)."""
+    if first == LATEST:
+        return False
+    if got is None:  # nothing of it processed yet: where its reading began
+        if known.start == "earliest":
+            return False
+        if known.start == "latest":
+            return True  # resolved when first read: maybe past ``first``
+        got = int(known.start)
+    return first == EARLIEST or first < got
+
+
+def retag(running: Running, version: int) -> Running:
+    """The same tasks, committed under ``version`` from now on (a newer job model that
+    kept this worker's assignment)."""
+    return replace(running, plan=replace(running.plan, version=version))
+
+
+def _earliest(starts: Iterable[SspStart]) -> dict[tuple[str, int], int]:
+    """Per partition the earliest start of its key spaces (earliest wins over any offset;
+    latest only if all are latest)."""
+    out: dict[tuple[str, int], int] = {}
+    for s in starts:
+        key = (s.topic, s.partition)
+        prev = out.get(key)
+        if prev is None:
+            out[key] = s.start
+        elif EARLIEST in (prev, s.start):
+            out[key] = EARLIEST
+        elif prev == LATEST:
+            out[key] = s.start
+        elif s.start != LATEST:
+            out[key] = min(prev, s.start)
+    return out
+
+
+def for_batch(plan: QueryPlan, generations: Mapping[tuple[str, int], int], done: Done
+              ) -> QueryPlan:
+    """The plan one batch runs: the key spaces whose partition the batch read at their
+    generation or later (``generations``: the batch's generation per partition it has
+    rows of), each starting at the furthest of its start and ``done``."""
+    starts = []
+    for s in plan.starts:
+        gen = generations.get((s.topic, s.partition))
+        if gen is None or gen < s.generation:
+            continue
+        got = done.get((s.task, s.topic, s.partition))
+        starts.append(s if got is None or got <= s.start else replace(s, start=got))
+    return replace(plan, starts=tuple(starts))
+
+
+def advanced(done: Done, plan: QueryPlan, ends: Mapping[tuple[str, int], int]
+             ) -> dict[tuple[str, str, int], int]:
+    """``done`` after a batch that ran ``plan`` (its :func:`for_batch` plan) and read
+    each partition to ``ends``: never backwards (a task ahead of a partition read again
+    stays where it was)."""
+    out = dict(done)
+    for s in plan.starts:
+        end = ends.get((s.topic, s.partition))
+        if end is not None:
+            key = (s.task, s.topic, s.partition)
+            out[key] = max(out.get(key, end), end)
+    return out
+
+
+def only(plan: QueryPlan, tasks: Iterable[str]) -> QueryPlan:
+    """``plan`` with the key spaces of ``tasks`` alone."""
+    keep = set(tasks)
+    starts = tuple(s for s in plan.starts if s.task in keep)
+    partitions = {(s.topic, s.partition) for s in starts}
+    return replace(plan, starts=starts,
+                   skips=tuple(w for w in plan.skips if (w.topic, w.partition) in partitions),
+                   waiting=tuple(t for t in plan.waiting if t in keep))

@@ -1,0 +1,252 @@
+"""Running the micro-batches of a worker's one query: each batch is processed for the
+tasks running when it runs (``worker.running``), and committed asynchronously.
+
+The running tasks change only between batches: :meth:`BatchRunner.remove`,
+:meth:`BatchRunner.add` and :meth:`BatchRunner.retag` take the same lock a batch holds
+while it runs. A batch planned before a change runs after it with the tasks running
+then: a removed task's rows are left for its next owner (neither processed nor
+committed here), an added task counts only batches of its partition's generation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+
+from worker.busy import BusyMeter
+from worker.client import CoordinatorClient, Fenced, LeaseLost
+from worker.commits import AsyncCommitter
+from worker.plan import QueryPlan, sql_string
+from worker.running import Running, add, advanced, for_batch, nothing, remove, retag
+from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
+from worker.state.tasks import TaskStates, new_checkpoint_id
+
+log = logging.getLogger("coxswain.worker")
+
+
+@dataclass
+class Flags:
+    """What a batch or a commit found that ends processing under this lease."""
+
+    fenced: threading.Event
+    lease_lost: threading.Event
+
+
+class BatchRunner:
+    """The running tasks, what each has done, the commits, and the batch callback."""
+
+    def __init__(self, spark: SparkSession, process: ProcessBatch, client: CoordinatorClient,
+                 states: TaskStates | None, flags: Flags, max_commit_delay_s: float,
+                 trigger_interval_s: float, processor_id: Callable[[], str]) -> None:
+        self._spark = spark
+        self._process = process
+        self._client = client
+        self._states = states
+        self._flags = flags
+        self._max_delay_s = max_commit_delay_s
+        self._trigger_s = trigger_interval_s
+        self._pid = processor_id
+        self.lock = threading.Lock()  # a batch, or a change of the running tasks
+        self.running: Running = nothing()
+        self._done: dict[tuple[str, str, int], int] = {}  # (task, topic, p) -> next offset
+        self.read: dict[tuple[str, int], int] = {}  # (topic, p) -> end of its last batch
+        self.committed: dict[tuple[str, int], int] = {}  # (topic, p) -> last commit's end
+        self.committer = self._new_committer()
+        self.busy = BusyMeter()
+        self.stats: dict[str, Any] = {}
+        self.batches = 0
+
+    # -- the running tasks (each under the lock: between two batches)
+
+    def remove(self, tasks: Iterable[str]) -> Running:
+        """Stop running ``tasks``: no batch from now on processes or commits them."""
+        gone = set(tasks)
+        with self.lock:
+            self.running = remove(self.running, gone)
+            self._done = {k: v for k, v in self._done.items() if k[0] not in gone}
+            return self.running
+
+    def add(self, new: QueryPlan) -> Running:
+        """Run the tasks of ``new`` from their resolved starts."""
+        with self.lock:
+            self.running = add(self.running, new, self.read, self._done)
+            return self.running
+
+    def retag(self, version: int) -> None:
+        """Commit under ``version`` from now on (a newer model that kept the tasks)."""
+        with self.lock:
+            self.running = retag(self.running, version)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until the newest commit is acknowledged: False when it was not within
+        ``timeout_s`` (or the coordinator refused it: this lease is over)."""
+        try:
+            return self.committer.flush(timeout_s)
+        except (Fenced, LeaseLost) as e:
+            self._refused(e)
+        return False
+
+    def _refused(self, e: Fenced | LeaseLost) -> None:
+        """The coordinator refused a commit: processing under this lease is over."""
+        if isinstance(e, Fenced):
+            log.error("a commit was fenced: %s; processing stops until registered again", e)
+            self._flags.fenced.set()
+        else:
+            log.error("a commit found the lease lost (%s): processing stops until "
+                      "registered again", e)
+            self._flags.lease_lost.set()
+
+    def renew(self) -> None:
+        """A new committer (after a lease ended: the old one refuses everything)."""
+        self.committer.close(0.1)
+        self.committer = self._new_committer()
+
+    def _new_committer(self) -> AsyncCommitter:
+        states = self._states
+
+        def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+            # a failure here (the blob store or the coordinator down) fails this commit
+            # only: the committer tries again, and the newest then covers everything
+            if states is not None and checkpoint_id is not None:
+                cps = states.back_up(checkpoint_id, cps)
+            advanced_ = self._client.commit(self._pid(), version, cps)
+            if states is not None:
+                states.committed(cps)
+            return advanced_
+
+        return AsyncCommitter(upload, self._max_delay_s)
+
+    # -- the batch callback
+
+    def on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """``foreachBatch``: process the batch for the tasks running now, then commit."""
+        with self.lock:
+            if self._flags.fenced.is_set() or self._flags.lease_lost.is_set():
+                return  # this lease is over: the next owner takes these records
+            started = time.monotonic()
+            plan = self.running.plan
+            kinesis = plan.system == "kinesis"
+            batch.persist()
+            try:
+                per = batch.groupBy("topic", "partition").agg(
+                    (F.max("offsetKey") if kinesis else F.max("offset") + 1).alias("end"),
+                    F.min("gen").alias("gen"), F.count("*").alias("n")).collect()
+                # a batch's end per partition: the next offset to read after its last
+                # row (Kinesis: an end-of-shard marker's, endingSequenceNumber + 1)
+                ends = {(r["topic"], r["partition"]): int(r["end"]) + (1 if kinesis else 0)
+                        for r in per}
+                gens = {(r["topic"], r["partition"]): int(r["gen"]) for r in per}
+                read = sum(int(r["n"]) for r in per)
+                for key, end in ends.items():
+                    self.read[key] = max(self.read.get(key, end), end)
+                now = for_batch(plan, gens, self._done)
+                waiting = {(s.topic, s.partition) for s in plan.starts} - {
+                    (s.topic, s.partition) for s in now.starts}
+                if waiting & set(gens):  # read before the generation its tasks count from
+                    log.info("batch %d: rows of %s at an older generation than their "
+                             "tasks' (%s): left to the partition's next reading", batch_id,
+                             sorted(waiting & set(gens)), {k: gens[k] for k in waiting & set(gens)})
+                log.debug("batch %d: %d rows, ends %s, generations %s, %d key spaces run",
+                          batch_id, read, ends, gens, len(now.starts))
+                if now.starts:
+                    self._run(batch, batch_id, now, ends)
+            finally:
+                batch.unpersist()
+            took = time.monotonic() - started
+            self.busy.record(started, started + took)
+            self.batches += 1
+            self.stats = {
+                "batchSeconds": round(took, 3), "version": plan.version,
+                "recordsPerSecond": round(read / took, 1) if took > 0 else 0.0,
+                "commitsSkipped": self.committer.skipped,
+                "commitFailures": self.committer.failures,
+                "commitPendingSeconds": _age(self.committer.unacknowledged_since()),
+                "triggerSeconds": self._trigger_s}
+
+    def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
+             ends: dict[tuple[str, int], int]) -> None:
+        states = self._states
+        columns = KINESIS_COLUMNS if plan.system == "kinesis" else COLUMNS
+        mine = (batch.withColumn("keyBucket", F.expr(plan.bucket_expr()))
+                .where(plan.filter_sql()).withColumn("taskName", F.expr(_task_column(plan)))
+                .select(*columns))
+        checkpoint_id = new_checkpoint_id() if states is not None else None
+        self._process(mine, BatchContext(
+            self._pid(), plan.version, batch_id, self._spark,
+            tuple(sorted({s.task for s in plan.starts})),
+            str(states.state_dir) if states else None, checkpoint_id))
+        self._done = advanced(self._done, plan, ends)
+        checkpoints = plan.commit(ends)
+        for s in plan.starts:
+            end = ends.get((s.topic, s.partition))
+            if end is not None:
+                key = (s.topic, s.partition)
+                self.committed[key] = max(self.committed.get(key, end), end)
+        try:
+            self.committer.submit(plan.version, checkpoints, checkpoint_id)
+        except (Fenced, LeaseLost) as e:
+            self._refused(e)
+
+    # -- the backlog, for the autosizer
+
+    def backlog(self, progress: dict[str, Any] | None) -> dict[str, dict[str, int]]:
+        """Per task: the records behind the partition's end (Kafka: the source reports
+        every partition's latest stable offset; Kinesis: its estimate from
+        ``MillisBehindLatest``), and for Kinesis the milliseconds behind
+        (``consumerLagMs``)."""
+        if not progress or not progress.get("sources"):
+            return {}
+        latest = progress["sources"][0].get("latestOffset") or {}
+        if isinstance(latest, str):
+            latest = json.loads(latest) if latest != "null" else {}
+        plan = self.running.plan
+        if plan.system == "kinesis":
+            return {"consumerLag": _kinesis_backlog(plan, latest, "recordsBehind"),
+                    "consumerLagMs": _kinesis_backlog(plan, latest, "millisBehindLatest")}
+        lag: dict[str, int] = {}
+        for s in plan.starts:
+            end = latest.get(f"{s.topic}/{s.partition}")
+            done = self.committed.get((s.topic, s.partition))
+            if end is not None and done is not None:
+                lag[s.task] = max(lag.get(s.task, 0), int(end) - done)
+        return {"consumerLag": lag}
+
+
+def _kinesis_backlog(plan: QueryPlan, latest: dict[str, Any], key: str) -> dict[str, int]:
+    """Per task: a key bucket's share of its shards' estimated records behind (keys
+    spread evenly), or the milliseconds its furthest-behind shard is."""
+    behind: dict[str, int] = {}
+    for s in plan.starts:
+        found = (latest.get(str(s.partition)) or {}).get(key)
+        if found is None:
+            continue
+        if key == "recordsBehind":
+            share = int(found) // plan.factor if s.key_bucket >= 0 else int(found)
+            behind[s.task] = behind.get(s.task, 0) + share
+        else:
+            behind[s.task] = max(behind.get(s.task, 0), int(found))
+    return behind
+
+
+def _age(since: float | None) -> float:
+    """Seconds since ``since`` (monotonic), 0 for none."""
+    return 0.0 if since is None else round(time.monotonic() - since, 3)
+
+
+def _task_column(plan: QueryPlan) -> str:
+    """Spark SQL naming the task of each kept record."""
+    cases = []
+    for s in plan.starts:
+        cond = f"topic = {sql_string(s.topic)} AND partition = {s.partition}"
+        if s.key_bucket >= 0:
+            cond += f" AND keyBucket = {s.key_bucket}"
+        cases.append(f"WHEN {cond} THEN {sql_string(s.task)}")
+    return "CASE " + " ".join(cases) + " END"

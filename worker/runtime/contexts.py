@@ -1,0 +1,81 @@
+"""How a worker runs (its configuration), and what user code gets beside its rows."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from worker.state.store import TaskStore
+from worker.state.tasks import StateConfig, no_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+#: the columns user code sees: Kafka input
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "keyBucket",
+           "taskName")
+#: Kinesis input: key = partition key, value = data, topic = stream, partition = the
+#: shard's number (shard: its id); sequence numbers are decimal strings (beyond int64)
+KINESIS_COLUMNS = ("key", "value", "topic", "partition", "shard", "sequenceNumber",
+                   "approximateArrivalTimestamp", "keyBucket", "taskName")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker runs."""
+
+    coordinator: str
+    kafka_bootstrap: str
+    processor_id: str | None = None
+    location: str = field(default_factory=socket.gethostname)
+    token: str | None = None
+    spark_master: str = "local[2]"
+    max_offsets_per_trigger: int | None = None
+    max_commit_delay_s: float = 60.0
+    api: str = "batch"  # or "task": process_task(ctx, rows) per virtual task
+    output_topic: str | None = None  # where process_task's returned rows go
+    trigger_interval_s: float = 0.5
+    checkpoint_root: Path | None = None
+    state: StateConfig | None = None  # process_task keeps per-key state (ctx.state)
+    kinesis_endpoint: str | None = None  # Kinesis inputs: the API endpoint (default AWS's)
+    kinesis_region: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What ``process_batch`` gets besides the rows."""
+
+    processor_id: str
+    version: int
+    batch_id: int
+    spark: SparkSession
+    task_names: tuple[str, ...] = ()  # this batch's active tasks, in a fixed order
+    state_dir: str | None = None  # a stateful worker's state dir
+    checkpoint_id: str | None = None  # the id of this batch's state snapshots
+
+
+ProcessBatch = Callable[["DataFrame", BatchContext], None]
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What ``process_task`` gets besides its rows; ``state`` is the task's per-key state
+    (a worker started with ``--stateful``)."""
+
+    processor_id: str
+    version: int
+    task_name: str
+    open_state: Callable[[], TaskStore] = field(default=no_state, repr=False, compare=False)
+
+    @property
+    def state(self) -> TaskStore:
+        """The task's state: ``get(key, name, default)``, ``set``, ``delete``,
+        ``items(key)``, ``get_bytes``/``set_bytes``; every entry under its record key."""
+        return self.open_state()
+
+
+ProcessTask = Callable[[TaskContext, "pd.DataFrame"], "pd.DataFrame | None"]

@@ -1,0 +1,189 @@
+"""Following the job models: the running tasks change at batch boundaries, the query
+goes on (the tasks a worker keeps are never interrupted).
+
+For each model the long poll brings (``worker.runtime.control.ModelFollower``):
+
+1. tasks this processor lost stop running at once (no batch processes them any more),
+   and their last commit is awaited (at most the commit delay);
+2. the version is acknowledged (the barrier's promise: lost tasks handed over);
+3. once its barrier is done, the tasks gained are planned from their resolved
+   checkpoints: a child shard's whose parents are not finished waits (asked about again
+   every second); the others restore their state on a thread of their own (a long
+   restore never delays the next version's handover or ack), then join the running
+   tasks, if they are still this processor's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from worker.client import CoordinatorClient, CoordinatorError
+from worker.plan import QueryPlan, plan_query
+from worker.running import only
+from worker.runtime.batches import BatchRunner
+from worker.runtime.control import ModelFollower
+from worker.runtime.query import SourceQuery
+from worker.state.tasks import TaskStates
+
+log = logging.getLogger("coxswain.worker")
+
+WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
+
+
+def active_tasks(model: dict[str, Any], processor_id: str) -> dict[str, Any]:
+    """This processor's active tasks in ``model`` (name -> task JSON)."""
+    tasks = model["containers"].get(processor_id, {}).get("tasks", {})
+    return {n: t for n, t in tasks.items() if t.get("taskMode", "Active") == "Active"}
+
+
+class Handover:
+    """Applies each job model to the running tasks."""
+
+    def __init__(self, client: CoordinatorClient, processor_id: str, runner: BatchRunner,
+                 query: SourceQuery, states: TaskStates | None, follower: ModelFollower,
+                 commit_wait_s: float) -> None:
+        self._client = client
+        self._pid = processor_id
+        self._runner = runner
+        self._query = query
+        self._states = states
+        self._follower = follower
+        self._commit_wait_s = commit_wait_s
+        self._acked = 0
+        self._restoring: dict[str, Future[QueryPlan]] = {}
+        self._waiting: set[str] = set()
+        self._finished: set[str] = set()  # every key space read to its end already
+        self._checked = 0.0  # when the waiting tasks were last asked about
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="restore")
+        self._restore_failures = 0
+        self._retry_at = 0.0  # after a failed restore: plan again from then
+
+    def run(self, done: Callable[[], bool]) -> None:
+        """Until ``done()`` (the lease is over, or the worker stops)."""
+        seen: tuple[int, str] | None = None
+        try:
+            while not done():
+                model = self._follower.wait(seen, 0.5)
+                self._query.check()
+                if model is None or done():
+                    continue
+                seen = (int(model["version"]), str(model["barrier"]))
+                self._step(model)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _step(self, model: dict[str, Any]) -> None:
+        version = int(model["version"])
+        mine = active_tasks(model, self._pid)
+        lost = self._runner.running.tasks - set(mine)
+        if lost:  # 1. stop them now, and wait for their last commit
+            log.info("version %d: handing over %s", version, ", ".join(sorted(lost)[:10]))
+            self._query.apply(self._runner.remove(lost))
+            if not self._runner.flush(self._commit_wait_s):
+                log.error("version %d: last commit of %d tasks not done within %.0fs (%s); "
+                          "handing over without it", version, len(lost),
+                          self._commit_wait_s, self._runner.committer.last_failure)
+        for name in [n for n in self._restoring if n not in mine]:
+            del self._restoring[name]  # its restore ends unused
+        self._waiting &= set(mine)
+        self._finished &= set(mine)
+        if version > self._acked:  # 2. the barrier's promise
+            self._ack(model)
+            self._acked = version
+        if model["barrier"] != "done" or version != self._acked:
+            return
+        if self._runner.running.tasks and self._runner.running.plan.version < version:
+            self._runner.retag(version)  # 3. commit under the version in force
+        self._finish_restores(model, mine)
+        gained = (set(mine) - self._runner.running.tasks - set(self._restoring)
+                  - self._waiting - self._finished)
+        due = self._waiting if time.monotonic() - self._checked >= WAITING_RECHECK_S else set()
+        if (gained or due) and time.monotonic() >= self._retry_at:
+            self._plan(model, mine, gained | due)
+
+    def _ack(self, model: dict[str, Any]) -> None:
+        if self._pid not in model["containers"]:
+            return  # a version generated before this processor joined
+        try:
+            self._client.ack(self._pid, int(model["version"]))
+        except CoordinatorError as e:
+            if e.code != "not_a_participant":
+                raise
+
+    def _plan(self, model: dict[str, Any], mine: dict[str, Any], names: set[str]) -> None:
+        """Plan ``names`` from their resolved checkpoints: waiting, restoring, or running
+        at once (a stateless worker)."""
+        self._checked = time.monotonic()
+        try:
+            checkpoints = self._client.checkpoints(sorted(names))
+        except CoordinatorError as e:  # a newer version replaced this one meanwhile
+            log.info("version %s: checkpoints not readable (%s)", model["version"], e)
+            return
+        scoped = {**model, "containers": {self._pid: {"tasks": {n: mine[n] for n in names}}}}
+        plan = plan_query(scoped, self._pid, checkpoints)
+        newly_waiting = set(plan.waiting) - self._waiting
+        if newly_waiting:
+            log.info("version %d: %d tasks wait for parent shards: %s", plan.version,
+                     len(newly_waiting), ", ".join(sorted(newly_waiting)[:10]))
+        self._waiting = (self._waiting - names) | set(plan.waiting)
+        ready = {s.task for s in plan.starts}
+        # a task whose key spaces are all finished (a closed shard read to its end) has
+        # no start: nothing to run, nothing to wait for
+        self._finished |= names - ready - self._waiting
+        if not ready:
+            return
+        log.info("version %d: starting %s", plan.version, ", ".join(sorted(ready)[:10]))
+        if self._states is None:
+            self._add(only(plan, ready))
+            return
+        states = self._states
+        keep = set(self._runner.running.tasks) | set(self._restoring) | ready
+        subset = {n: checkpoints.get(n, {}) for n in ready}
+
+        def restore() -> QueryPlan:
+            states.restore(subset, keep)
+            return only(plan, ready)
+
+        future = self._pool.submit(restore)
+        future.add_done_callback(lambda _: self._follower.poke())  # run them at once
+        for name in ready:
+            self._restoring[name] = future
+
+    def _finish_restores(self, model: dict[str, Any], mine: dict[str, Any]) -> None:
+        """Run the tasks whose state is restored (those still this processor's)."""
+        finished = {f for f in self._restoring.values() if f.done()}
+        for future in finished:
+            names = {n for n, f in self._restoring.items() if f is future}
+            for name in names:
+                del self._restoring[name]
+            try:
+                plan = future.result()
+            except Exception as e:  # the blob store down, say: planned again, later
+                self._restore_failures += 1
+                delay = min(10.0, 0.5 * 2 ** min(self._restore_failures, 5))
+                self._retry_at = time.monotonic() + delay
+                log.warning("version %s: restoring %s failed (%s: %s); trying again in "
+                            "%.1fs", model["version"], ", ".join(sorted(names)[:5]),
+                            type(e).__name__, str(e)[:300], delay)
+                continue
+            self._restore_failures = 0
+            still = names & set(mine)
+            if still:
+                self._add(only(plan, still))
+
+    def _add(self, plan: QueryPlan) -> None:
+        running = self._runner.add(plan)
+        self._query.apply(running)
+        log.info("version %d: running %s; source plan %d: %s", plan.version,
+                 ", ".join(sorted({s.task for s in plan.starts})[:10]),
+                 running.source.version,
+                 {k: (p.start, p.generation) for k, p in sorted(
+                     running.source.partitions.items())[:10]})
+
+    def pending(self) -> bool:
+        """Whether tasks are restoring or waiting (the model is not fully applied)."""
+        return bool(self._restoring or self._waiting)

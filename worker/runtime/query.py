@@ -1,0 +1,107 @@
+"""The worker's one Structured Streaming query, for its whole life: fed by a Coxswain
+source (``worker.kafka_source``, ``worker.kinesis_source``) that plans every micro-batch
+from the source plan this module writes whenever the running tasks change. It starts
+once the first tasks are known (they say the input system and, for Kinesis, the stream)
+and is never restarted for a handover."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from worker.kafka_source import kafka_stream
+from worker.kinesis_source import NAME as KINESIS
+from worker.kinesis_source import KinesisDataSource
+from worker.running import Running
+from worker.runtime.batches import BatchRunner
+from worker.runtime.contexts import WorkerConfig
+from worker.source_plan import write_plan
+
+log = logging.getLogger("coxswain.worker")
+
+
+class SourceQuery:
+    """The query, and the source plan file it reads."""
+
+    def __init__(self, spark: SparkSession, config: WorkerConfig, runner: BatchRunner
+                 ) -> None:
+        self._spark = spark
+        self._config = config
+        self._runner = runner
+        self._root = config.checkpoint_root or Path(tempfile.mkdtemp(prefix="coxswain-"))
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._plan_path = self._root / "source-plan.json"
+        self._query: Any = None
+        self._reads: tuple[str, str | None] | None = None  # (system, Kinesis stream)
+
+    @property
+    def query(self) -> Any:
+        """The running StreamingQuery (None before the first tasks)."""
+        return self._query
+
+    def apply(self, running: Running) -> None:
+        """Make the source read what ``running`` says from its next batch on (starting
+        the query with the first tasks)."""
+        write_plan(self._plan_path, running.source)
+        plan = running.plan
+        if not plan.starts:
+            return
+        stream = plan.starts[0].topic if plan.system == "kinesis" else None
+        reads = (plan.system, stream)
+        if self._query is None:
+            self._start(reads)
+        elif reads != self._reads:
+            raise ValueError(f"a worker's query reads one input system and one Kinesis "
+                             f"stream: {self._reads} for its life, now {reads}")
+
+    def _start(self, reads: tuple[str, str | None]) -> None:
+        system, stream = reads
+        folder = self._root / f"query-{uuid.uuid4().hex[:8]}"
+        query = (self._source(system, stream).writeStream
+                 .foreachBatch(self._runner.on_batch)
+                 .option("checkpointLocation", str(folder))
+                 .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)} "
+                                          "milliseconds")
+                 .start())
+        self._query, self._reads = query, reads
+        log.info("query %s started: %s%s, source plan %s", query.id, system,
+                 f" stream {stream}" if stream else "", self._plan_path)
+
+    def _source(self, system: str, stream: str | None) -> DataFrame:
+        c = self._config
+        if system == "kinesis":
+            self._spark.dataSource.register(KinesisDataSource)
+            return (self._spark.readStream.format(KINESIS)
+                    .option("stream", stream or "")
+                    .option("endpoint", c.kinesis_endpoint or "")
+                    .option("region", c.kinesis_region or "")
+                    .option("plan", str(self._plan_path))
+                    .option("maxRecordsPerShard", str(c.max_offsets_per_trigger or 10_000))
+                    .load())
+        df: DataFrame = kafka_stream(self._spark, self._plan_path, c.kafka_bootstrap,
+                                     c.max_offsets_per_trigger)
+        return df
+
+    def check(self) -> None:
+        """Raise when the query died (user code or Spark failing): a worker must not
+        idle holding a lease."""
+        if self._query is not None and not self._query.isActive:
+            raise RuntimeError(f"the query died: {self._query.exception()}")
+
+    def progress(self) -> dict[str, Any] | None:
+        """The query's last progress (None before its first)."""
+        if self._query is None:
+            return None
+        found: dict[str, Any] | None = self._query.lastProgress
+        return found
+
+    def stop(self) -> None:
+        """Stop the query (after the batch in flight)."""
+        if self._query is not None:
+            self._query.stop()
+            log.info("query %s stopped", self._query.id)

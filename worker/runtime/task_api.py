@@ -1,0 +1,108 @@
+"""The ``process_task`` API: user code called once per virtual task of each batch, with
+that task's rows in offset order, tasks in parallel (SEP-32: parallelism beyond
+partitions, order within a key), and the rows it returns written to Kafka."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+
+from worker.plan import sql_string
+from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
+from worker.state.store import TaskStore
+from worker.state.tasks import run_with_state
+
+log = logging.getLogger("coxswain.worker")
+
+OUTPUT_SCHEMA = "key binary, value binary"
+
+
+def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) -> ProcessBatch:
+    """``process_batch`` running ``fn`` once per virtual task of each batch, in parallel
+    across tasks and with each task's rows in offset order (SEP-32: parallelism beyond
+    partitions, order within a key). Rows ``fn`` returns (columns ``key``, ``value``: bytes
+    or str) go to ``output_topic``."""
+
+    def process_batch(df: DataFrame, ctx: BatchContext) -> None:
+        result = run_tasks(df, fn, ctx)
+        if output_topic:
+            (result.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+             .option("topic", output_topic).save())
+        else:
+            result.count()  # run it
+
+    return process_batch
+
+
+def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
+    """The rows ``fn`` returns (``key``, ``value`` as bytes), ``fn`` called once per virtual
+    task of ``df`` with that task's rows in (partition, offset) order, tasks in parallel."""
+    return place_tasks(df, ctx).mapInPandas(
+        _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id),
+        OUTPUT_SCHEMA)
+
+
+def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
+    """``df`` repartitioned so that each virtual task's rows sit in one Spark partition,
+    task ``i`` (of ``ctx.task_names``) in partition ``i``; beyond 16 partitions per core
+    tasks share partitions round-robin.
+
+    Placing by index rather than by a hash of the task name matters: hashing 8 names onto
+    8 partitions leaves some empty and runs colliding tasks one after the other, so the
+    cores idle while the batch waits for the busiest partition.
+    """
+    names = ctx.task_names or ("",)
+    cores = max(1, ctx.spark.sparkContext.defaultParallelism)
+    partitions = min(len(names), 16 * cores)
+    index = "CASE taskName " + " ".join(
+        f"WHEN {sql_string(n)} THEN {i}" for i, n in enumerate(names)) + " ELSE 0 END"
+    return (df.withColumn("_taskIndex", F.expr(index))
+            .repartitionById(partitions, "_taskIndex").drop("_taskIndex"))
+
+
+def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
+                      state_dir: str | None = None, checkpoint_id: str | None = None,
+                      ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        frames = [b for b in batches if len(b)]
+        if not frames:
+            return
+        rows = pd.concat(frames, ignore_index=True)
+        order = "offset" if "offset" in rows.columns else "sequenceNumber"
+        for task_name, unordered in rows.groupby("taskName", sort=True):
+            # Kinesis sequence numbers are decimal strings of any length: as numbers
+            task_rows = unordered.sort_values(
+                ["partition", order], kind="stable",
+                key=lambda c: c.str.zfill(128) if c.name == "sequenceNumber" else c)
+            name = str(task_name)
+
+            def call(store: Callable[[], TaskStore], name: str = name,
+                     these: pd.DataFrame = task_rows) -> pd.DataFrame | None:
+                return fn(TaskContext(processor_id, version, name, store),
+                          these.reset_index(drop=True))
+
+            out = run_with_state(state_dir, name, checkpoint_id, call)
+            if out is not None and len(out):
+                yield pd.DataFrame({c: [v.encode() if isinstance(v, str) else v
+                                        for v in out[c]] for c in ("key", "value")})
+
+    return run
+
+
+def warm_python_workers(spark: SparkSession) -> None:
+    """Start one Python worker per core with pandas and pyarrow imported, before the first
+    batch. Spark reuses them; without this the first batch's tasks each pay a Python
+    start-up and imports, all at once, and begin up to a second apart on a small host."""
+    started = time.monotonic()
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    spark.range(cores, numPartitions=cores).mapInPandas(_pass_through, "id long").count()
+    log.info("%d Python workers ready in %.1fs", cores, time.monotonic() - started)
+
+
+def _pass_through(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    yield from batches

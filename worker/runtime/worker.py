@@ -1,0 +1,155 @@
+"""One worker = one PySpark application acting as one Coxswain processor, with one
+Structured Streaming query for its whole life.
+
+Life of a worker: register; follow the job models on the control plane's threads
+(``worker.runtime.control``: the long poll, heartbeats with lags and stats, standby
+copies); change the running tasks at batch boundaries as the models say
+(``worker.runtime.handover``): the query's source reads the new partitions from its next
+batch, the tasks the worker keeps go on uninterrupted. A lost lease (found by any
+request) or a fenced commit ends processing under that lease, never the worker: it
+registers again and carries on with the same query. Stopping hands every task over
+(the last commit acknowledged), leaves and stops the query.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from worker.client import CoordinatorClient, Fenced, LeaseLost
+from worker.runtime.batches import BatchRunner, Flags
+from worker.runtime.contexts import ProcessBatch, WorkerConfig
+from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
+from worker.runtime.handover import Handover
+from worker.runtime.query import SourceQuery
+from worker.state.tasks import TaskStates
+
+log = logging.getLogger("coxswain.worker")
+
+
+class Worker:
+    """Runs one processor until :meth:`stop`."""
+
+    def __init__(self, config: WorkerConfig, process_batch: ProcessBatch,
+                 spark: SparkSession, client: CoordinatorClient | None = None) -> None:
+        self.config = config
+        self._client = client or CoordinatorClient(config.coordinator, config.token)
+        self._stop = threading.Event()
+        self._over = threading.Event()  # this lease is over (lost, or a commit fenced)
+        self.processor_id = config.processor_id or ""
+        self._states = TaskStates(config.state) if config.state is not None else None
+        # a fenced commit ends this lease as a lost one does: register again
+        self._runner = BatchRunner(
+            spark, process_batch, self._client, self._states,
+            Flags(self._over, self._over), config.max_commit_delay_s,
+            config.trigger_interval_s, lambda: self.processor_id)
+        self._query = SourceQuery(spark, config, self._runner)
+        self._keeper: StateKeeper | None = None
+        self._left = False
+
+    @property
+    def query(self) -> Any:
+        """The worker's one streaming query (None before its first tasks)."""
+        return self._query.query
+
+    # -- lifecycle
+
+    def stop(self) -> None:
+        """Ask the worker to stop (it hands over its tasks and leaves)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Register and process until stopped."""
+        log.info("worker process %d starting", os.getpid())
+        try:
+            while not self._stop.is_set():
+                self._one_lease()
+        finally:
+            self._hand_over_everything("stopped")
+            self._leave()
+            self._query.stop()
+            self._client.close()
+
+    def _leave(self) -> None:
+        """Leave the group once (a rebalance moves the tasks at once)."""
+        if self._left or not self.processor_id:
+            return
+        self._left = True
+        try:
+            self._client.leave(self.processor_id)
+        except Exception as e:
+            log.warning("leaving failed: %s", e)
+
+    def _one_lease(self) -> None:
+        """Register, then follow the job models until this lease is over."""
+        reg = self._client.register(self.processor_id or self.config.processor_id,
+                                    self.config.location)
+        self.processor_id = reg.processor_id
+        self._over.clear()
+        self._runner.renew()
+        log.info("registered as %s at %s", self.processor_id, self.config.location)
+        interval_s = reg.heartbeat_interval_ms / 1000
+        follower = ModelFollower(self._client, self.processor_id, self._over).start()
+        keeper = None
+        if self._states is not None:
+            keeper = StateKeeper(self._states, self._client, self.processor_id, interval_s,
+                                 self._over, lambda: sorted(self._runner.running.tasks),
+                                 lambda: follower.latest).start()
+        self._keeper = keeper
+        beats = Heartbeats(self._client, self.processor_id, interval_s, self._over,
+                           self._lags, self._stats).start()
+        try:
+            Handover(self._client, self.processor_id, self._runner, self._query,
+                     self._states, follower, self.config.max_commit_delay_s).run(
+                lambda: self._stop.is_set() or self._over.is_set())
+        except (LeaseLost, Fenced) as e:  # an ack's answer
+            log.error("lease lost (%s): stopping processing and registering again", e)
+        finally:
+            # stopping: hand over while the lease is still renewed
+            self._hand_over_everything("stopping" if self._stop.is_set() else "lease over")
+            if self._stop.is_set():
+                # leave now, before the long poll returns: its connection closing would
+                # otherwise remove this processor first (and the leave find it gone)
+                self._leave()
+            self._over.set()
+            beats.join(10)
+            follower.join(30)
+            if keeper is not None:
+                keeper.join(30)
+
+    def _hand_over_everything(self, why: str) -> None:
+        """No task runs any more; their last commit awaited (it fails if the lease is
+        gone: then the next owner starts from the commit before)."""
+        running = self._runner.running
+        if not running.tasks:
+            return
+        log.info("%s: handing over %d tasks", why, len(running.tasks))
+        self._query.apply(self._runner.remove(running.tasks))
+        self._runner.flush(self.config.max_commit_delay_s)
+
+    # -- what the heartbeats carry
+
+    def _lags(self) -> dict[str, int] | None:
+        if self._states is None:
+            return None
+        lags = dict(self._keeper.lags) if self._keeper is not None else {}
+        for task in self._runner.running.tasks:
+            lags[task] = 0  # an active task's state is its own
+        return lags
+
+    def _stats(self) -> dict[str, Any]:
+        stats = dict(self._runner.stats)
+        if stats:  # after the first batch: how busy since (0 when idle)
+            stats["busy"] = round(self._runner.busy.share(time.monotonic()), 3)
+            stats.update(self._runner.backlog(self._query.progress()))
+        if self._states is not None:  # the running tasks' restores and sizes, now
+            names = sorted(self._runner.running.tasks)
+            restores = self._states.restores
+            stats["stateRestores"] = {t: restores[t] for t in names if t in restores}
+            stats["stateBytes"] = self._states.sizes(names)
+        return stats
