@@ -94,7 +94,8 @@ class Rig:
     server: Server | None = None
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def worker(self, pid: str, app: str, output: str, *extra: str) -> None:
+    def worker(self, pid: str, app: str, output: str, *extra: str, limit: int = 400
+               ) -> None:
         log = (self.root / f"{pid}.log").open("ab")
         assert self.server is not None
         self.workers[pid] = subprocess.Popen(
@@ -102,7 +103,7 @@ class Rig:
              "--coordinator", self.server.url, "--app", app, "--api", "task",
              "--output-topic", output, "--kafka-bootstrap", self.kafka.bootstrap,
              "--processor-id", pid, "--location", f"host-{pid}", "--spark-master",
-             "local[1]", "--max-offsets-per-trigger", "400", *extra],
+             "local[1]", "--max-offsets-per-trigger", str(limit), *extra],
             cwd=self.tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **CREDENTIALS, "PYTHONPATH": str(self.tree)})
 
@@ -126,15 +127,15 @@ def produce(kafka: LocalKafka, topic: str, n: int, keys: int = 2000) -> None:
     p.flush()
 
 
-def feeder(kafka: LocalKafka, topic: str, rate: float, stop: threading.Event) -> None:
-    """Records at ``rate``/s until ``stop``."""
+def feeder(kafka: LocalKafka, topic: str, rate: float, stop: threading.Event,
+           sent: list[int]) -> None:
+    """Records at ``rate``/s until ``stop``; ``sent[0]``: how many so far."""
     p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
                   "log_level": 2})
-    i = 0
     while not stop.wait(0.1):
         for _ in range(max(1, int(rate / 10))):
-            p.produce(topic, key=f"k{i % 2000}".encode(), value=b"0")
-            i += 1
+            p.produce(topic, key=f"k{sent[0] % 2000}".encode(), value=b"0")
+            sent[0] += 1
         p.poll(0)
     p.flush()
 
@@ -194,12 +195,13 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
     work.mkdir(parents=True)
     rig = Rig(work, kafka, tree)
     stop = threading.Event()
+    sent = [0]
     out = Output(kafka.bootstrap, output).start()
     try:
         if saturated:
             produce(kafka, topic, 200_000)  # more than the workers take in the run
         else:
-            threading.Thread(target=feeder, args=(kafka, topic, 100.0, stop),
+            threading.Thread(target=feeder, args=(kafka, topic, 100.0, stop, sent),
                              daemon=True).start()
         factor = "4" if kind == "scale-down" else "2"
         rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
@@ -215,6 +217,8 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
             v = int(api.get("/jobmodel").json()["version"])
             wait(lambda: barrier_done(api, v), 120, "first barrier")
             wait(lambda: out.rate(time.time() - 5, time.time()) > 0, 240, "output")
+            if not saturated:  # quiet: the backlog of the workers' start drained first
+                wait(lambda: len(out.seen) >= sent[0] - 50, 240, "the backlog drained")
             time.sleep(10)
             return change(kind, rig, out, api, output, window_s)
     finally:
@@ -273,7 +277,8 @@ def throughput(tree: Path, kafka: LocalKafka, root: Path, app: str, factor: int
                ) -> float:
     """Records/s of one worker (``local[1]``) draining a backlog, Spark start excluded."""
     topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
-    n = 6000 if app == "slow" else 60_000
+    # a batch's cap above what a trigger interval takes (no cap on the rate measured)
+    n, limit = (6000, 400) if app == "slow" else (200_000, 50_000)
     create_topics(kafka.bootstrap, [(topic, 2), (output, 1)])
     produce(kafka, topic, n)
     work = root / f"{tree.name}-rate-{uuid.uuid4().hex[:4]}"
@@ -284,7 +289,7 @@ def throughput(tree: Path, kafka: LocalKafka, root: Path, app: str, factor: int
         rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
                                    f"kafka.{topic}", "--elasticity-factor", str(factor),
                                    "--debounce-ms", "200"]).start()
-        rig.worker("w0", APPS[app], output)
+        rig.worker("w0", APPS[app], output, limit=limit)
         wait(lambda: len(out.seen) >= n, 900, f"{n} records out")
         times = sorted(t for t, _ in out.seen)
         # from the first tenth to the last: the first batch's start excluded
@@ -320,8 +325,14 @@ def main() -> None:
                 runs = args.runs if mode == "saturated" else (args.quiet_runs or args.runs)
                 for tree in (args.old, args.new):
                     for _ in range(runs):
-                        row = scenario(kind, tree, kafka, root, mode == "saturated",
-                                       args.window_s)
+                        try:
+                            row = scenario(kind, tree, kafka, root, mode == "saturated",
+                                           args.window_s)
+                        except Exception as e:  # one failed run: said, and the rest go on
+                            print(json.dumps({"change": kind, "mode": mode,
+                                              "tree": str(tree), "failed": str(e)}),
+                                  flush=True)
+                            continue
                         results.setdefault(f"{kind} ({mode})", {}).setdefault(
                             tree.name, []).append(row)
                         print(json.dumps({"change": kind, "mode": mode,
@@ -329,7 +340,12 @@ def main() -> None:
         if not only or "split" in only:
             for tree in (args.old, args.new):
                 for _ in range(args.runs):
-                    row = kinesis_split(tree, kafka, kinesis, root)
+                    try:
+                        row = kinesis_split(tree, kafka, kinesis, root)
+                    except Exception as e:
+                        print(json.dumps({"change": "split", "tree": str(tree),
+                                          "failed": str(e)}), flush=True)
+                        continue
                     results.setdefault("Kinesis split (quiet)", {}).setdefault(
                         tree.name, []).append(row)
                     print(json.dumps({"change": "split", "tree": str(tree), **row}),
