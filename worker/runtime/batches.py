@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -32,25 +31,17 @@ from worker.state.tasks import TaskStates, new_checkpoint_id
 log = logging.getLogger("coxswain.worker")
 
 
-@dataclass
-class Flags:
-    """What a batch or a commit found that ends processing under this lease."""
-
-    fenced: threading.Event
-    lease_lost: threading.Event
-
-
 class BatchRunner:
     """The running tasks, what each has done, the commits, and the batch callback."""
 
     def __init__(self, spark: SparkSession, process: ProcessBatch, client: CoordinatorClient,
-                 states: TaskStates | None, flags: Flags, max_commit_delay_s: float,
+                 states: TaskStates | None, lease_over: threading.Event, max_commit_delay_s: float,
                  trigger_interval_s: float, processor_id: Callable[[], str]) -> None:
         self._spark = spark
         self._process = process
         self._client = client
         self._states = states
-        self._flags = flags
+        self._over = lease_over  # set when a commit is fenced or finds the lease lost
         self._max_delay_s = max_commit_delay_s
         self._trigger_s = trigger_interval_s
         self._pid = processor_id
@@ -98,11 +89,11 @@ class BatchRunner:
         """The coordinator refused a commit: processing under this lease is over."""
         if isinstance(e, Fenced):
             log.error("a commit was fenced: %s; processing stops until registered again", e)
-            self._flags.fenced.set()
+            self._over.set()
         else:
             log.error("a commit found the lease lost (%s): processing stops until "
                       "registered again", e)
-            self._flags.lease_lost.set()
+            self._over.set()
 
     def renew(self) -> None:
         """A new committer (after a lease ended: the old one refuses everything)."""
@@ -129,7 +120,7 @@ class BatchRunner:
     def on_batch(self, batch: DataFrame, batch_id: int) -> None:
         """``foreachBatch``: process the batch for the tasks running now, then commit."""
         with self.lock:
-            if self._flags.fenced.is_set() or self._flags.lease_lost.is_set():
+            if self._over.is_set():
                 return  # this lease is over: the next owner takes these records
             started = time.monotonic()
             plan = self.running.plan

@@ -184,6 +184,3 @@ class Handover:
                  {k: (p.start, p.generation) for k, p in sorted(
                      running.source.partitions.items())[:10]})
 
-    def pending(self) -> bool:
-        """Whether tasks are restoring or waiting (the model is not fully applied)."""
-        return bool(self._restoring or self._waiting)

@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from worker.client import CoordinatorClient, Fenced, LeaseLost
-from worker.runtime.batches import BatchRunner, Flags
+from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
 from worker.runtime.handover import Handover
@@ -46,7 +46,7 @@ class Worker:
         # a fenced commit ends this lease as a lost one does: register again
         self._runner = BatchRunner(
             spark, process_batch, self._client, self._states,
-            Flags(self._over, self._over), config.max_commit_delay_s,
+            self._over, config.max_commit_delay_s,
             config.trigger_interval_s, lambda: self.processor_id)
         self._query = SourceQuery(spark, config, self._runner)
         self._keeper: StateKeeper | None = None
