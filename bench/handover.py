@@ -6,7 +6,8 @@ as processes; the workers of one runtime run from one checkout (``--new``, this 
 own ``.venv``). Changes, each from a steady state:
 
 * ``scale-up`` / ``scale-down``: ``POST /scale`` 2 -> 4 / 4 -> 2, two workers;
-* ``join``: a third worker starts (timed from its registration);
+* ``join``: a third worker starts (timed from its registration: Spark's start before it
+  is no handover's);
 * ``leave``: one of three stops gracefully (SIGTERM);
 * ``kill``: one of two is killed -9 (its long poll's connection closes);
 * ``split``: a Kinesis shard is split (timed from the parents' last record to the
@@ -153,18 +154,32 @@ def barrier_done(api: httpx.Client, version: int) -> bool:
     return int(m["version"]) >= version and m["barrier"] == "done"
 
 
+def registered(api: httpx.Client) -> set[str]:
+    return {str(p["processorId"]) for p in api.get("/status").json()["processors"]}
+
+
+def steady_batch_seconds(api: httpx.Client) -> float:
+    """The workers' last batch durations (their heartbeat stats), the median."""
+    found = [float(p["stats"]["batchSeconds"]) for p in api.get("/status").json()["processors"]
+             if (p.get("stats") or {}).get("batchSeconds") is not None]
+    return round(statistics.median(found), 2) if found else 0.0
+
+
 def change(kind: str, rig: Rig, out: Output, api: httpx.Client, output: str,
            window_s: float) -> dict[str, float]:
     """Trigger ``kind`` from a steady state; what it cost."""
     before = int(api.get("/jobmodel").json()["version"])
     steady_from = time.time() - 8
+    batch_s = steady_batch_seconds(api)
     t0 = time.time()
     if kind == "scale-up":
         api.post("/scale", json={"elasticityFactor": 4}).raise_for_status()
     elif kind == "scale-down":
         api.post("/scale", json={"elasticityFactor": 2}).raise_for_status()
-    elif kind == "join":
+    elif kind == "join":  # timed from its registration: Spark's start is not a handover
         rig.worker("w2", APPS["slow"], output)
+        wait(lambda: "w2" in registered(api), 240, "w2 registered")
+        t0 = time.time()
     elif kind == "leave":
         rig.workers["w2"].send_signal(15)
     elif kind == "kill":
@@ -184,7 +199,7 @@ def change(kind: str, rig: Rig, out: Output, api: httpx.Client, output: str,
     got = sum(1 for t, _ in out.seen if t0 <= t < t0 + window_s)
     return {"firstOutputS": round(first, 2), "barrierS": round(barrier, 2),
             "lostRecords": round(max(0.0, steady * window_s - got)),
-            "steadyRate": round(steady, 1)}
+            "steadyRate": round(steady, 1), "steadyBatchS": batch_s}
 
 
 def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bool,

@@ -414,6 +414,10 @@ def _worker(args: argparse.Namespace) -> None:
     user_function = getattr(importlib.import_module(module), name)
     process_batch = (task_api(user_function, args.output_topic, args.kafka_bootstrap)
                      if args.api == "task" else user_function)
+    if args.target_batch_ms <= 0:
+        raise SystemExit("coxswain: --target-batch-ms must be positive")
+    if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
+        raise SystemExit("coxswain: --max-offsets-per-trigger must be at least 1")
     state = None
     if args.stateful:
         if args.api != "task":
@@ -438,6 +442,7 @@ def _worker(args: argparse.Namespace) -> None:
         token=args.token or os.environ.get("COXSWAIN_WORKER_TOKEN"),
         spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        target_batch_s=args.target_batch_ms / 1000,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
@@ -561,6 +566,10 @@ def parser() -> argparse.ArgumentParser:
                    help="records per micro-batch: in all on Kafka (split across "
                         "partitions; default: no limit), per shard on Kinesis (default: "
                         "10000)")
+    w.add_argument("--target-batch-ms", type=int, default=1000,
+                   help="Kafka: with a backlog, micro-batches are sized to take about "
+                        "this long (a handover waits for the batch in flight); never more "
+                        "records than --max-offsets-per-trigger")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
     w.add_argument("--stateful", action="store_true",

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from worker.kafka_consumers import ConsumerPool, pool
 from worker.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
 
 NAME = "coxswain-kafka"
@@ -100,7 +100,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                                 else int(raw))
             else:
                 positions[k] = before[k]["to"]
-        budget = _budget({k: max(0, ends[k] - positions[k]) for k in keys}, self._limit)
+        limits = [n for n in (self._limit, plan.max_records) if n is not None]
+        budget = _budget({k: max(0, ends[k] - positions[k]) for k in keys},
+                         min(limits) if limits else None)
         out = {k: {"from": positions[k], "to": positions[k] + budget[k],
                    "g": plan.partitions[k].generation} for k in keys}
         if set(out) == set(before) and all(
@@ -147,18 +149,20 @@ class KafkaStreamReader(DataSourceStreamReader):
         pass  # Coxswain's checkpoints say where tasks start; nothing to keep here
 
 
-def read_range(bootstrap: str, r: KafkaRange) -> Iterator[Any]:
-    """The records of ``r`` as Arrow record batches (in the executor's Python worker)."""
+def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = None
+               ) -> Generator[Any, None, None]:
+    """The records of ``r`` as Arrow record batches (in the executor's Python worker),
+    read with a consumer of the process's pool (``worker.kafka_consumers``)."""
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415 (executor side)
-    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+    from confluent_kafka import TopicPartition  # noqa: PLC0415
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"coxswain-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "enable.auto.offset.store": False,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                         "log_level": 3})
+    consumers = consumers or pool()
+    consumer = consumers.take(bootstrap, r.topic, r.partition, r.start)
+    # where the consumer is: past every record it handed out, even beyond ``r.end``
+    # (the next batch of the partition goes on from there or assigns again)
+    consumed = r.start
     try:
         tp = TopicPartition(r.topic, r.partition, r.start)
-        consumer.assign([tp])
         position, stalled_since = r.start, time.monotonic()
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
@@ -171,16 +175,19 @@ def read_range(bootstrap: str, r: KafkaRange) -> Iterator[Any]:
                 if err is not None:
                     raise RuntimeError(f"reading {r.topic}[{r.partition}]: {err}")
                 offset = m.offset() or 0  # (set on every consumed record)
+                consumed = max(consumed, offset + 1)
                 if offset >= r.end:
                     position = r.end
-                    break
+                    continue
                 keys.append(m.key())
                 values.append(m.value())
                 offsets.append(offset)
                 stamps.append(m.timestamp()[1])
                 position = offset + 1
             if not msgs:  # markers or a compacted gap before ``end``: where are we now?
-                position = max(position, consumer.position([tp])[0].offset)
+                found = consumer.position([tp])[0].offset
+                position = max(position, found)
+                consumed = max(consumed, found)
                 if time.monotonic() - stalled_since > READ_STALL_S:
                     raise RuntimeError(f"{r.topic}[{r.partition}]: no record between "
                                        f"{position} and {r.end} for {READ_STALL_S:.0f}s")
@@ -189,8 +196,10 @@ def read_range(bootstrap: str, r: KafkaRange) -> Iterator[Any]:
             if len(offsets) >= CHUNK or (position >= r.end and offsets):
                 yield _batch(pa, r, keys, values, offsets, stamps)
                 keys, values, offsets, stamps = [], [], [], []
-    finally:
-        consumer.close()
+    except BaseException:
+        consumers.discard(consumer)  # where it stands is unknown: not kept
+        raise
+    consumers.give_back(bootstrap, r.topic, r.partition, consumer, consumed)
 
 
 def _batch(pa: Any, r: KafkaRange, keys: list[bytes | None], values: list[bytes | None],

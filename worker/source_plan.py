@@ -45,19 +45,24 @@ class PartitionStart:
 @dataclass(frozen=True, slots=True)
 class SourcePlan:
     """Every partition the query reads, by key ``topic/partition`` (Kafka) or the shard's
-    partition number as text (Kinesis); ``version`` grows with every change."""
+    partition number as text (Kinesis); ``version`` grows with every change of them.
+    ``max_records``: the most records the next batch reads in all (the worker's steered
+    batch size, ``worker.batch_size``; Kafka), under the source's own limit."""
 
     version: int = 0
     partitions: Mapping[str, PartitionStart] = field(default_factory=dict)
+    max_records: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version,
+        return {"version": self.version, "maxRecords": self.max_records,
                 "partitions": {k: p.to_json() for k, p in sorted(self.partitions.items())}}
 
     @staticmethod
     def from_json(obj: Mapping[str, Any]) -> SourcePlan:
+        most = obj.get("maxRecords")
         return SourcePlan(int(obj["version"]), {
-            str(k): PartitionStart.from_json(v) for k, v in obj["partitions"].items()})
+            str(k): PartitionStart.from_json(v) for k, v in obj["partitions"].items()},
+            None if most is None else int(most))
 
 
 def partition_key(topic: str, partition: int) -> str:

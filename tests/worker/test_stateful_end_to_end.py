@@ -238,9 +238,21 @@ def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
             wait_output(kafka, output, producing.total)
 
             workers["w2"] = worker("w2")
+            w2_started = time.monotonic()
             for _ in range(6):
                 producing.send(100)
                 time.sleep(1)
+            # the versions since (w2's join, its warm-ups) kept tasks on w1: never
+            # restored again, their store reloaded by nothing but their own batches
+            model = c.get("/jobmodel").json()
+            while "w2" not in model["containers"] or model["barrier"] != "done":
+                assert time.monotonic() - w2_started < 240, model["containers"].keys()
+                producing.send(20)
+                time.sleep(0.5)
+                model = c.get("/jobmodel").json()
+            kept = sorted(set(moved) & set(actives(model, "w1")))
+            assert kept, (moved, model["containers"].keys())
+            assert {t: restores_of(c, "w1")[t]["count"] for t in kept} == dict.fromkeys(kept, 1)
             workers["w0"].send_signal(signal.SIGTERM)  # leaves gracefully
             for _ in range(4):
                 producing.send(100)

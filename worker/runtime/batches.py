@@ -1,11 +1,13 @@
 """Running the micro-batches of a worker's one query: each batch is processed for the
 tasks running when it runs (``worker.running``), and committed asynchronously.
 
-The running tasks change only between batches: :meth:`BatchRunner.remove`,
-:meth:`BatchRunner.add` and :meth:`BatchRunner.retag` take the same lock a batch holds
-while it runs. A batch planned before a change runs after it with the tasks running
-then: a removed task's rows are left for its next owner (neither processed nor
-committed here), an added task counts only batches of its partition's generation.
+The running tasks change only between batches (``worker.runtime.boundary``):
+:meth:`BatchRunner.remove`, :meth:`BatchRunner.add` and :meth:`BatchRunner.retag` are
+applied by the batch in flight as it ends (or at once between batches), and the source
+plan is published before the query plans its next batch. A batch planned before a change
+runs after it with the tasks running then: a removed task's rows are left for its next
+owner (neither processed nor committed here), an added task counts only batches of its
+partition's generation.
 """
 
 from __future__ import annotations
@@ -20,15 +22,21 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
+from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
 from worker.plan import QueryPlan, sql_string
 from worker.running import Running, add, advanced, for_batch, nothing, remove, retag
+from worker.runtime.boundary import BatchBoundary
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
+from worker.source_plan import split_key
 from worker.state.tasks import TaskStates, new_checkpoint_id
 
 log = logging.getLogger("coxswain.worker")
+
+#: (topic, partition) -> a batch's end there, and the source generation it read at
+Ends = dict[tuple[str, int], int]
 
 
 class BatchRunner:
@@ -36,7 +44,10 @@ class BatchRunner:
 
     def __init__(self, spark: SparkSession, process: ProcessBatch, client: CoordinatorClient,
                  states: TaskStates | None, lease_over: threading.Event, max_commit_delay_s: float,
-                 trigger_interval_s: float, processor_id: Callable[[], str]) -> None:
+                 trigger_interval_s: float, processor_id: Callable[[], str],
+                 publish: Callable[[Running], None], size: BatchSize | None = None,
+                 batch_offsets: Callable[[int], dict[str, Any] | None] = lambda _: None,
+                 set_limit: Callable[[int | None], None] = lambda _: None) -> None:
         self._spark = spark
         self._process = process
         self._client = client
@@ -45,8 +56,9 @@ class BatchRunner:
         self._max_delay_s = max_commit_delay_s
         self._trigger_s = trigger_interval_s
         self._pid = processor_id
-        self.lock = threading.Lock()  # a batch, or a change of the running tasks
         self.running: Running = nothing()
+        # the source reads what the running tasks are after each change
+        self.boundary = BatchBoundary(lambda: publish(self.running))
         self._done: dict[tuple[str, str, int], int] = {}  # (task, topic, p) -> next offset
         self.read: dict[tuple[str, int], int] = {}  # (topic, p) -> end of its last batch
         self.committed: dict[tuple[str, int], int] = {}  # (topic, p) -> last commit's end
@@ -54,27 +66,48 @@ class BatchRunner:
         self.busy = BusyMeter()
         self.stats: dict[str, Any] = {}
         self.batches = 0
+        # Kafka: the batch size steered toward a target duration (``worker.batch_size``),
+        # handed to the source; a batch's ranges from the query's offset log
+        self._size = size
+        self._batch_offsets = batch_offsets
+        self._set_limit = set_limit
+        self._last_end: float | None = None  # when the previous batch ended (monotonic)
+        if size is not None:
+            set_limit(size.limit)
 
     # -- the running tasks (each under the lock: between two batches)
 
     def remove(self, tasks: Iterable[str]) -> Running:
-        """Stop running ``tasks``: no batch from now on processes or commits them."""
+        """Stop running ``tasks``: no batch after the one in flight processes or commits
+        them (that one's commit is submitted when this returns)."""
         gone = set(tasks)
-        with self.lock:
+
+        def change() -> Running:
             self.running = remove(self.running, gone)
             self._done = {k: v for k, v in self._done.items() if k[0] not in gone}
             return self.running
 
+        found: Running = self.boundary.change(change)
+        return found
+
     def add(self, new: QueryPlan) -> Running:
-        """Run the tasks of ``new`` from their resolved starts."""
-        with self.lock:
+        """Run the tasks of ``new`` from their resolved starts (every task commits under
+        ``new.version`` from then on)."""
+
+        def change() -> Running:
             self.running = add(self.running, new, self.read, self._done)
             return self.running
 
+        found: Running = self.boundary.change(change)
+        return found
+
     def retag(self, version: int) -> None:
         """Commit under ``version`` from now on (a newer model that kept the tasks)."""
-        with self.lock:
+
+        def change() -> None:
             self.running = retag(self.running, version)
+
+        self.boundary.change(change)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the newest commit is acknowledged: False when it was not within
@@ -119,23 +152,18 @@ class BatchRunner:
 
     def on_batch(self, batch: DataFrame, batch_id: int) -> None:
         """``foreachBatch``: process the batch for the tasks running now, then commit."""
-        with self.lock:
+        with self.boundary.batch():
             if self._over.is_set():
                 return  # this lease is over: the next owner takes these records
             started = time.monotonic()
             plan = self.running.plan
-            kinesis = plan.system == "kinesis"
-            batch.persist()
+            ranges = None if plan.system == "kinesis" else self._ranges(batch_id)
+            persisted = ranges is None
+            if persisted:  # the batch read twice: once for its ends, once processed
+                batch.persist()
             try:
-                per = batch.groupBy("topic", "partition").agg(
-                    (F.max("offsetKey") if kinesis else F.max("offset") + 1).alias("end"),
-                    F.min("gen").alias("gen"), F.count("*").alias("n")).collect()
-                # a batch's end per partition: the next offset to read after its last
-                # row (Kinesis: an end-of-shard marker's, endingSequenceNumber + 1)
-                ends = {(r["topic"], r["partition"]): int(r["end"]) + (1 if kinesis else 0)
-                        for r in per}
-                gens = {(r["topic"], r["partition"]): int(r["gen"]) for r in per}
-                read = sum(int(r["n"]) for r in per)
+                ends, gens, read = ranges if ranges is not None else _measured(
+                    batch, plan.system == "kinesis")
                 for key, end in ends.items():
                     self.read[key] = max(self.read.get(key, end), end)
                 now = for_batch(plan, gens, self._done)
@@ -150,9 +178,14 @@ class BatchRunner:
                 if now.starts:
                     self._run(batch, batch_id, now, ends)
             finally:
-                batch.unpersist()
-            took = time.monotonic() - started
-            self.busy.record(started, started + took)
+                if persisted:
+                    batch.unpersist()
+            ended = time.monotonic()
+            took = ended - started
+            if plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
+                self._resize(read, took, started)
+            self._last_end = ended
+            self.busy.record(started, ended)
             self.batches += 1
             self.stats = {
                 "batchSeconds": round(took, 3), "version": plan.version,
@@ -161,6 +194,40 @@ class BatchRunner:
                 "commitFailures": self.committer.failures,
                 "commitPendingSeconds": _age(self.committer.unacknowledged_since()),
                 "triggerSeconds": self._trigger_s}
+            if self._size is not None and plan.system != "kinesis":
+                self.stats["batchLimit"] = self._size.limit
+
+    def _ranges(self, batch_id: int) -> tuple[Ends, Ends, int] | None:
+        """A Kafka batch's ends, generations and records from the source's offsets
+        (``worker.kafka_source``): no Spark job for them (None: unreadable)."""
+        found = self._batch_offsets(batch_id)
+        if found is None or not isinstance(found.get("p"), dict):
+            return None
+        ends: Ends = {}
+        gens: Ends = {}
+        read = 0
+        for key, r in found["p"].items():
+            start, end = int(r["from"]), int(r["to"])
+            if end > start:
+                ends[split_key(key)] = end
+                gens[split_key(key)] = int(r["g"])
+                read += end - start
+        return ends, gens, read
+
+    def _resize(self, records: int, took: float, started: float) -> None:
+        """Steer the next batches' size on this one's duration, counting Spark's own
+        part of the trigger (planning, its logs) when batches run back to back."""
+        if self._size is None or records <= 0:
+            return
+        seconds = took
+        if self._last_end is not None and started - self._last_end < self._trigger_s:
+            seconds += started - self._last_end
+        size = after_batch(self._size, records, seconds)
+        if size.limit != self._size.limit:
+            log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed cost "
+                      "%.2fs)", self._size.limit, size.limit, records, seconds, size.fixed_s)
+            self._set_limit(size.limit)
+        self._size = size
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
              ends: dict[tuple[str, int], int]) -> None:
@@ -209,6 +276,18 @@ class BatchRunner:
             if end is not None and done is not None:
                 lag[s.task] = max(lag.get(s.task, 0), int(end) - done)
         return {"consumerLag": lag}
+
+
+def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, int]:
+    """A batch's ends, generations and records, by a Spark job over its rows."""
+    per = batch.groupBy("topic", "partition").agg(
+        (F.max("offsetKey") if kinesis else F.max("offset") + 1).alias("end"),
+        F.min("gen").alias("gen"), F.count("*").alias("n")).collect()
+    # a batch's end per partition: the next offset to read after its last row (Kinesis:
+    # an end-of-shard marker's, endingSequenceNumber + 1)
+    ends = {(r["topic"], r["partition"]): int(r["end"]) + (1 if kinesis else 0) for r in per}
+    gens = {(r["topic"], r["partition"]): int(r["gen"]) for r in per}
+    return ends, gens, sum(int(r["n"]) for r in per)
 
 
 def _kinesis_backlog(plan: QueryPlan, latest: dict[str, Any], key: str) -> dict[str, int]:

@@ -82,7 +82,7 @@ class Handover:
         lost = self._runner.running.tasks - set(mine)
         if lost:  # 1. stop them now, and wait for their last commit
             log.info("version %d: handing over %s", version, ", ".join(sorted(lost)[:10]))
-            self._query.apply(self._runner.remove(lost))
+            self._runner.remove(lost)
             if not self._runner.flush(self._commit_wait_s):
                 log.error("version %d: last commit of %d tasks not done within %.0fs (%s); "
                           "handing over without it", version, len(lost),
@@ -96,14 +96,17 @@ class Handover:
             self._acked = version
         if model["barrier"] != "done" or version != self._acked:
             return
-        if self._runner.running.tasks and self._runner.running.plan.version < version:
-            self._runner.retag(version)  # 3. commit under the version in force
+        # 3. the gained tasks first: their checkpoints are read while the batch in
+        # flight runs, and they join (committing every task under this version) as it
+        # ends, so the next batch reads them
         self._finish_restores(model, mine)
         gained = (set(mine) - self._runner.running.tasks - set(self._restoring)
                   - self._waiting - self._finished)
         due = self._waiting if time.monotonic() - self._checked >= WAITING_RECHECK_S else set()
         if (gained or due) and time.monotonic() >= self._retry_at:
             self._plan(model, mine, gained | due)
+        if self._runner.running.tasks and self._runner.running.plan.version < version:
+            self._runner.retag(version)  # nothing gained: commit under the version in force
 
     def _ack(self, model: dict[str, Any]) -> None:
         if self._pid not in model["containers"]:
@@ -177,7 +180,6 @@ class Handover:
 
     def _add(self, plan: QueryPlan) -> None:
         running = self._runner.add(plan)
-        self._query.apply(running)
         log.info("version %d: running %s; source plan %d: %s", plan.version,
                  ", ".join(sorted({s.task for s in plan.starts})[:10]),
                  running.source.version,

@@ -6,9 +6,14 @@ and is never restarted for a handover."""
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import tempfile
+import threading
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +23,36 @@ from worker.kafka_source import kafka_stream
 from worker.kinesis_source import NAME as KINESIS
 from worker.kinesis_source import KinesisDataSource
 from worker.running import Running
-from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import WorkerConfig
-from worker.source_plan import write_plan
+from worker.source_plan import SourcePlan, write_plan
 
 log = logging.getLogger("coxswain.worker")
+
+
+OnBatch = Callable[[DataFrame, int], None]
 
 
 class SourceQuery:
     """The query, and the source plan file it reads."""
 
-    def __init__(self, spark: SparkSession, config: WorkerConfig, runner: BatchRunner
+    def __init__(self, spark: SparkSession, config: WorkerConfig, on_batch: OnBatch
                  ) -> None:
         self._spark = spark
         self._config = config
-        self._runner = runner
+        self._on_batch = on_batch
+        # a folder of its own is removed at the end; one the user named is kept
+        self._owned = config.checkpoint_root is None
         self._root = config.checkpoint_root or Path(tempfile.mkdtemp(prefix="coxswain-"))
         self._root.mkdir(parents=True, exist_ok=True)
         self._plan_path = self._root / "source-plan.json"
         self._query: Any = None
+        self._folder: Path | None = None  # the query's checkpoint location
         self._reads: tuple[str, str | None] | None = None  # (system, Kinesis stream)
+        # the plan file is written from the control thread (tasks change) and the batch
+        # thread (the batch size changes): each write has the latest of both
+        self._write_lock = threading.Lock()
+        self._source = SourcePlan()
+        self._max_records: int | None = None
 
     @property
     def query(self) -> Any:
@@ -47,7 +62,9 @@ class SourceQuery:
     def apply(self, running: Running) -> None:
         """Make the source read what ``running`` says from its next batch on (starting
         the query with the first tasks)."""
-        write_plan(self._plan_path, running.source)
+        with self._write_lock:
+            self._source = running.source
+            self._write()
         plan = running.plan
         if not plan.starts:
             return
@@ -59,11 +76,36 @@ class SourceQuery:
             raise ValueError(f"a worker's query reads one input system and one Kinesis "
                              f"stream: {self._reads} for its life, now {reads}")
 
+    def limit(self, records: int | None) -> None:
+        """Read at most ``records`` per batch from the next on (None: no limit beyond
+        the source's own)."""
+        with self._write_lock:
+            if records != self._max_records:
+                self._max_records = records
+                self._write()
+
+    def _write(self) -> None:
+        write_plan(self._plan_path, replace(self._source, max_records=self._max_records))
+
+    def batch_offsets(self, batch_id: int) -> dict[str, Any] | None:
+        """The source's end offsets of batch ``batch_id``, from the query's offset log
+        (Spark writes a batch's entry before it runs the batch); None when unreadable."""
+        if self._folder is None:
+            return None
+        try:
+            lines = (self._folder / "offsets" / str(batch_id)).read_text().splitlines()
+            found = json.loads(lines[2])  # the version, the batch's metadata, our source
+        except (OSError, IndexError, ValueError) as e:
+            log.warning("batch %d: its offsets are not readable (%s)", batch_id, e)
+            return None
+        return found if isinstance(found, dict) else None
+
     def _start(self, reads: tuple[str, str | None]) -> None:
         system, stream = reads
         folder = self._root / f"query-{uuid.uuid4().hex[:8]}"
-        query = (self._source(system, stream).writeStream
-                 .foreachBatch(self._runner.on_batch)
+        self._folder = folder
+        query = (self._reader(system, stream).writeStream
+                 .foreachBatch(self._on_batch)
                  .option("checkpointLocation", str(folder))
                  .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)} "
                                           "milliseconds")
@@ -72,7 +114,7 @@ class SourceQuery:
         log.info("query %s started: %s%s, source plan %s", query.id, system,
                  f" stream {stream}" if stream else "", self._plan_path)
 
-    def _source(self, system: str, stream: str | None) -> DataFrame:
+    def _reader(self, system: str, stream: str | None) -> DataFrame:
         c = self._config
         if system == "kinesis":
             self._spark.dataSource.register(KinesisDataSource)
@@ -105,3 +147,5 @@ class SourceQuery:
         if self._query is not None:
             self._query.stop()
             log.info("query %s stopped", self._query.id)
+        if self._owned:
+            shutil.rmtree(self._root, ignore_errors=True)

@@ -19,8 +19,9 @@ import threading
 import time
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from worker import batch_size
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
@@ -43,12 +44,15 @@ class Worker:
         self._over = threading.Event()  # this lease is over (lost, or a commit fenced)
         self.processor_id = config.processor_id or ""
         self._states = TaskStates(config.state) if config.state is not None else None
+        # the query hands batches to the runner, which steers the query's batch size
+        self._query = SourceQuery(spark, config, self._on_batch)
         # a fenced commit ends this lease as a lost one does: register again
         self._runner = BatchRunner(
             spark, process_batch, self._client, self._states,
             self._over, config.max_commit_delay_s,
-            config.trigger_interval_s, lambda: self.processor_id)
-        self._query = SourceQuery(spark, config, self._runner)
+            config.trigger_interval_s, lambda: self.processor_id, self._query.apply,
+            batch_size.start(config.target_batch_s, config.max_offsets_per_trigger),
+            self._query.batch_offsets, self._query.limit)
         self._keeper: StateKeeper | None = None
         self._left = False
 
@@ -56,6 +60,9 @@ class Worker:
     def query(self) -> Any:
         """The worker's one streaming query (None before its first tasks)."""
         return self._query.query
+
+    def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._runner.on_batch(batch, batch_id)
 
     # -- lifecycle
 
@@ -129,7 +136,7 @@ class Worker:
         if not running.tasks:
             return
         log.info("%s: handing over %d tasks", why, len(running.tasks))
-        self._query.apply(self._runner.remove(running.tasks))
+        self._runner.remove(running.tasks)
         self._runner.flush(self.config.max_commit_delay_s)
 
     # -- what the heartbeats carry

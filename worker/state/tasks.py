@@ -140,11 +140,17 @@ class TaskStates:
             "source": "empty" if result is None else result.source,
             "bytes": 0 if result is None else result.downloaded_bytes,
             "files": 0 if result is None else result.downloaded_files,
-            "seconds": 0.0 if result is None else round(result.seconds, 3)}
+            "seconds": 0.0 if result is None else round(result.seconds, 3),
+            "count": self._restored_before(task) + 1}
         if result is not None:
             log.info("task %s: state restored from %s (%s, %d bytes in %d files "
                      "downloaded, %.2fs)", task, marker, result.source,
                      result.downloaded_bytes, result.downloaded_files, result.seconds)
+
+    def _restored_before(self, task: str) -> int:
+        """How many times this processor restored ``task`` before (a task it keeps
+        across versions is never restored again: this stays 1)."""
+        return int(self.restores.get(task, {}).get("count", 0))
 
     def _restore_composed(self, task: str, checkpoint: Mapping[str, Any],
                           parts: Sequence[Mapping[str, Any]]) -> None:
@@ -160,7 +166,7 @@ class TaskStates:
         self.restores[task] = {
             "source": "composed", "bytes": done.downloaded_bytes,
             "files": done.downloaded_files, "seconds": round(done.seconds, 3),
-            "from": list(done.sources)}
+            "from": list(done.sources), "count": self._restored_before(task) + 1}
         log.info("task %s: state composed from %s (%d entries; %d bytes in %d files "
                  "downloaded, %.2fs)", task, ", ".join(done.sources), done.entries,
                  done.downloaded_bytes, done.downloaded_files, done.seconds)

@@ -1,0 +1,77 @@
+"""Steering a worker's batch size (pure): within bounds, toward the target duration on
+a batch's usual cost, never collapsing when a batch's fixed cost exceeds the target."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.batch_size import FIRST_LIMIT, MAX_FIXED_SHARE, BatchSize, after_batch, start
+
+targets = st.floats(0.1, 5.0)
+ceilings = st.none() | st.integers(1, 100_000)
+
+
+@given(targets, ceilings, st.lists(st.tuples(st.integers(-5, 200_000),
+                                             st.floats(-1.0, 100.0) | st.just(float("nan"))),
+                                   max_size=60))
+def test_the_limit_stays_between_one_record_and_the_ceiling(
+        target: float, ceiling: int | None, batches: list[tuple[int, float]]) -> None:
+    size = start(target, ceiling)
+    assert size.limit == (FIRST_LIMIT if ceiling is None else ceiling)
+    for records, seconds in batches:
+        size = after_batch(size, records, seconds)
+        assert 1 <= size.limit <= (ceiling or FIRST_LIMIT * 2 ** len(batches))
+        assert size.fixed_s >= 0
+
+
+@settings(max_examples=300)
+@given(targets, st.floats(0.0, 3.0), st.floats(1e-6, 0.05), st.none() | st.integers(50, 10**6))
+def test_full_batches_converge_to_the_target_or_bound_their_fixed_cost(
+        target: float, fixed: float, per_record: float, ceiling: int | None) -> None:
+    """On ``seconds = fixed + per_record * records`` with a backlog: the batch ends near
+    the target, or, when the fixed cost alone is near it, near the duration where the
+    fixed cost is a bounded share; never at one record per batch."""
+    size = start(target, ceiling)
+    for _ in range(120):
+        size = after_batch(size, size.limit, fixed + per_record * size.limit)
+    took = fixed + per_record * size.limit
+    if ceiling is not None and size.limit == ceiling:
+        assert took <= max(target, fixed / MAX_FIXED_SHARE) * 1.1  # the ceiling holds it
+        return
+    if size.limit <= 2:  # one record costs more than the target: nothing to trade
+        assert per_record * 3 >= target * 0.9 or fixed >= target * 0.9
+        assert per_record * size.limit >= fixed * 0.1  # ...but not a collapse to overhead
+        return
+    # (within a record's cost: a limit is a whole number of records)
+    assert target * 0.9 - per_record <= took
+    assert took <= max(target, fixed / MAX_FIXED_SHARE) * 1.1 + per_record
+    if fixed >= 1.2 * target:  # the fixed cost never takes most of a batch
+        assert fixed / took <= MAX_FIXED_SHARE * 1.25
+
+
+@given(st.builds(lambda t, c, n: after_batch(start(t, c), n, t), targets, ceilings,
+                 st.integers(1, 10_000)),
+       st.floats(0.01, 0.89), st.floats(0.001, 50.0))
+def test_a_batch_the_source_could_not_fill_never_lowers_the_limit(
+        size: BatchSize, share: float, seconds: float) -> None:
+    records = max(1, int(size.limit * share))
+    if records >= 0.9 * size.limit:
+        return
+    assert after_batch(size, records, seconds).limit >= size.limit
+
+
+@given(targets, st.integers(10, 100_000), st.floats(1.05, 20.0))
+def test_a_full_batch_slower_than_wanted_lowers_the_limit_and_a_faster_one_raises_it(
+        target: float, limit: int, factor: float) -> None:
+    size = BatchSize(target, None, limit)
+    assert after_batch(size, limit, target * factor).limit <= limit
+    assert after_batch(size, limit, target / factor).limit >= limit
+
+
+def test_a_bad_target_or_ceiling_is_refused() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        start(0.0, None)
+    with pytest.raises(ValueError, match="at least 1"):
+        start(1.0, 0)

@@ -1,0 +1,108 @@
+"""The batch boundary: a change asked for during a batch is applied by that batch as it
+ends (published before the next batch is planned); between batches, at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from worker.runtime.boundary import BatchBoundary
+
+
+def until_waiting(boundary: BatchBoundary, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while boundary.waiting < n:
+        assert time.monotonic() < deadline, boundary.waiting
+        time.sleep(0.01)
+
+
+def test_a_change_during_a_batch_is_applied_and_published_as_the_batch_ends() -> None:
+    events: list[str] = []
+    boundary = BatchBoundary(lambda: events.append("published"))
+    in_batch, finish = threading.Event(), threading.Event()
+    results: list[object] = []
+
+    def batch() -> None:
+        with boundary.batch():
+            in_batch.set()
+            finish.wait(10)
+            events.append("batch ends")
+        events.append("next batch planned")  # what Spark does after foreachBatch returns
+
+    runner = threading.Thread(target=batch)
+    runner.start()
+    in_batch.wait(10)
+    def change() -> int:
+        events.append("changed")
+        return 7
+
+    asker = threading.Thread(target=lambda: results.append(boundary.change(change)))
+    asker.start()
+    until_waiting(boundary, 1)
+    time.sleep(0.1)
+    assert events == []  # not while the batch runs
+    finish.set()
+    runner.join(10)
+    asker.join(10)
+    assert events == ["batch ends", "changed", "published", "next batch planned"]
+    assert results == [7]
+
+
+def test_changes_between_batches_apply_at_once_and_many_publish_once_per_batch() -> None:
+    published: list[int] = []
+    state = {"n": 0}
+    boundary = BatchBoundary(lambda: published.append(state["n"]))
+
+    def bump() -> int:
+        state["n"] += 1
+        return state["n"]
+
+    assert boundary.change(bump) == 1
+    assert published == [1]
+    in_batch, finish = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with boundary.batch():
+            in_batch.set()
+            finish.wait(10)
+
+    runner = threading.Thread(target=batch)
+    runner.start()
+    in_batch.wait(10)
+    askers = [threading.Thread(target=boundary.change, args=(bump,)) for _ in range(5)]
+    for a in askers:
+        a.start()
+    until_waiting(boundary, 5)
+    finish.set()
+    for t in (runner, *askers):
+        t.join(10)
+    assert state["n"] == 6
+    assert published == [1, 6]  # the five applied together as the batch ended
+
+
+def test_a_failing_change_raises_in_the_asking_thread_and_others_still_apply() -> None:
+    boundary = BatchBoundary(lambda: None)
+
+    def bad() -> None:
+        raise ValueError("no such task")
+
+    with pytest.raises(ValueError, match="no such task"):
+        boundary.change(bad)
+    assert boundary.change(lambda: "fine") == "fine"
+
+
+def test_a_failing_batch_still_applies_the_changes_asked_for_meanwhile() -> None:
+    boundary = BatchBoundary(lambda: None)
+    in_batch = threading.Event()
+    results: list[object] = []
+    asker = threading.Thread(target=lambda: results.append(boundary.change(lambda: 1)))
+
+    with pytest.raises(RuntimeError), boundary.batch():
+        in_batch.set()
+        asker.start()
+        until_waiting(boundary, 1)
+        raise RuntimeError("the user's code failed")
+    asker.join(10)
+    assert results == [1]

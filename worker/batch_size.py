@@ -1,0 +1,100 @@
+"""How many records a worker's next micro-batch reads (pure).
+
+A handover waits for the batch in flight: its tasks' last commit comes at its end. So a
+batch's duration bounds how fast a worker gives tasks up, and the first batch after a
+change is when its new tasks first produce output. A fixed cap in records cannot bound
+that duration (a record's cost is the user's), so the worker measures: while batches are
+full (the source had more than the limit), it steers the limit toward ``target_s`` of
+processing per batch; batches the source could not fill only ever raise it (a quiet
+stream says nothing about the cost of a full batch). The steering step is the geometric
+mean of the limit and the measured estimate, which converges without overshooting on
+the usual ``a + b * records`` cost of a batch. The user's ``--max-offsets-per-trigger``
+stays the ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+#: the first batch's records when the user set no ceiling (raised or lowered from there)
+FIRST_LIMIT = 1000
+#: a batch with at least this share of the limit counts as full
+FULL = 0.9
+#: full batches remembered for the fit of a batch's fixed cost
+WINDOW = 24
+#: a batch's fixed cost may take at most this share of it: a batch is never steered
+#: shorter than its fixed cost over this share (which would trade throughput away for
+#: nothing: a batch cannot end sooner than its fixed cost)
+MAX_FIXED_SHARE = 0.2
+#: one batch changes the limit by at most this factor either way (one outlier, a pause
+#: or a burst, moves it little)
+MAX_STEP = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSize:
+    """The next batch's record limit, steered toward ``target_s`` per batch."""
+
+    target_s: float
+    ceiling: int | None = None  # the user's limit: never above it
+    limit: int = FIRST_LIMIT
+    samples: tuple[tuple[int, float], ...] = ()  # recent full batches: (records, seconds)
+    fixed_s: float = 0.0  # a batch's fixed cost, fitted on ``samples``
+
+    def __post_init__(self) -> None:
+        if not self.target_s > 0:
+            raise ValueError(f"a batch's target duration must be positive: {self.target_s}")
+        if self.ceiling is not None and self.ceiling < 1:
+            raise ValueError(f"a batch's ceiling must be at least 1 record: {self.ceiling}")
+
+    @property
+    def steering_s(self) -> float:
+        """The duration batches are steered to: the target, or longer when a batch's
+        fixed cost would otherwise take more than :data:`MAX_FIXED_SHARE` of it."""
+        return max(self.target_s, self.fixed_s / MAX_FIXED_SHARE)
+
+
+def start(target_s: float, ceiling: int | None) -> BatchSize:
+    """The first batch's size: the ceiling, or :data:`FIRST_LIMIT` under none."""
+    first = FIRST_LIMIT if ceiling is None else ceiling
+    return BatchSize(target_s, ceiling, first)
+
+
+def fixed_cost(samples: tuple[tuple[int, float], ...]) -> float | None:
+    """A batch's fixed cost ``a`` in ``seconds = a + b * records``, fitted by least
+    squares on ``samples``; None when their sizes are too alike to tell (or the fit
+    says records cost nothing)."""
+    if len(samples) < 3:
+        return None
+    xs = [float(n) for n, _ in samples]
+    ys = [s for _, s in samples]
+    if max(xs) < 1.25 * min(xs):
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    if b <= 0:
+        return None
+    # never more than the fastest batch took, never negative
+    return min(max(0.0, my - b * mx), *ys)
+
+
+def after_batch(size: BatchSize, records: int, seconds: float) -> BatchSize:
+    """The size after a batch of ``records`` took ``seconds``."""
+    if records <= 0 or seconds <= 0 or not math.isfinite(seconds):
+        return size
+    full = records >= FULL * size.limit
+    samples = (*size.samples, (records, seconds))[-WINDOW:] if full else size.samples
+    fitted = fixed_cost(samples)
+    fixed = size.fixed_s if fitted is None else fitted
+    steering = max(size.target_s, fixed / MAX_FIXED_SHARE)
+    estimate = records * steering / seconds
+    wanted = math.sqrt(size.limit * estimate)
+    if not full:  # a batch the source could not fill: only evidence for bigger ones
+        wanted = max(size.limit, wanted)
+    wanted = min(max(wanted, size.limit / MAX_STEP), size.limit * MAX_STEP)
+    limit = max(1, round(wanted))
+    if size.ceiling is not None:
+        limit = min(limit, size.ceiling)
+    return replace(size, limit=limit, samples=samples, fixed_s=fixed)
