@@ -24,9 +24,11 @@ FULL = 0.9
 #: full batches remembered for the fit of a batch's fixed cost
 WINDOW = 24
 #: a batch's fixed cost may take at most this share of it: a batch is never steered
-#: shorter than its fixed cost over this share (which would trade throughput away for
-#: nothing: a batch cannot end sooner than its fixed cost)
-MAX_FIXED_SHARE = 0.2
+#: shorter than its fixed cost over this share (shorter batches would trade throughput
+#: away for little: a batch cannot end sooner than its fixed cost). A half keeps at least
+#: the efficiency a fixed record cap gave on bench/handover's job (1.6 s of work in a
+#: 2.6 s batch) at the default target
+MAX_FIXED_SHARE = 0.5
 #: one batch changes the limit by at most this factor either way (one outlier, a pause
 #: or a burst, moves it little)
 MAX_STEP = 2.0

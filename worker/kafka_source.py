@@ -6,10 +6,12 @@ that kept one query for its life while its tasks change needs a source that plan
 micro-batch from the current assignment: this one reads ``worker.source_plan`` (the
 partitions and where each starts) at every trigger, in the driver's source process, and
 asks the broker for the partitions' ends (the last stable offsets, as a read-committed
-consumer sees them) in one request. A batch is one Spark input partition per Kafka
-partition with records, ``[from, to)``; the executors' Python workers read exactly those
+consumer sees them) in one request. A batch is a range ``[from, to)`` of every Kafka
+partition with records; the executors' Python workers read exactly those
 offsets with a consumer assigned to them (no consumer group, nothing committed: Coxswain's
-per-bucket checkpoints decide where tasks start) and hand Spark Arrow record batches.
+per-bucket checkpoints decide where tasks start) and hand Spark Arrow record batches. The
+ranges of a batch are read by at most as many Spark tasks as there are cores
+(:class:`KafkaRead`).
 
 Offsets (Spark's log of each batch): ``{"v": plan version, "p": {"topic/partition":
 {"from", "to", "g"}}}``: the batch's range of every partition and the generation of the
@@ -51,6 +53,30 @@ class KafkaRange(InputPartition):
     gen: int = 0
 
 
+@dataclass
+class KafkaRead(InputPartition):
+    """One Spark input partition: ranges of several Kafka partitions, read one after the
+    other. A batch has at most as many as the worker has cores (``readers``): every
+    Spark task that runs Python costs a fixed ~50-90 ms on a small host, more than
+    reading a range from a consumer that prefetched it, and a batch's fixed cost bounds
+    how short batches (and handovers) can be."""
+
+    ranges: tuple[KafkaRange, ...]
+
+
+def _groups(ranges: list[KafkaRange], readers: int) -> list[KafkaRead]:
+    """``ranges`` spread over at most ``readers`` input partitions, the biggest first,
+    each onto the least loaded (in records)."""
+    groups: list[list[KafkaRange]] = [[] for _ in range(max(1, min(readers, len(ranges))))]
+    loads = [0] * len(groups)
+    for r in sorted(ranges, key=lambda r: (r.start - r.end, r.topic, r.partition)):
+        i = loads.index(min(loads))
+        groups[i].append(r)
+        loads[i] += r.end - r.start
+    return [KafkaRead(tuple(sorted(g, key=lambda r: (r.topic, r.partition)))) for g in groups
+            if g]
+
+
 def _budget(available: Mapping[str, int], limit: int | None) -> dict[str, int]:
     """Records each partition may read this trigger: all, or ``limit`` split in
     proportion to what each has (at least one record each that has any)."""
@@ -70,6 +96,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._bootstrap = options["bootstrap"]
         raw = options.get("maxOffsetsPerTrigger") or ""
         self._limit = int(raw) if raw else None
+        self._readers = max(1, int(options.get("readers") or 1))
         self._admin: Any = None
         self._latest: dict[str, int] = {}  # each partition's end at the last trigger
 
@@ -137,13 +164,15 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {f"{tp.topic}/{tp.partition}": int(f.result().offset)
                 for tp, f in futures.items()}
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRange]:
-        return [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
-                for k, r in sorted(end.get("p", {}).items()) if r["to"] > r["from"]]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRead]:
+        ranges = [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
+                  for k, r in sorted(end.get("p", {}).items()) if r["to"] > r["from"]]
+        return _groups(ranges, self._readers)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, KafkaRange)
-        return read_range(self._bootstrap, partition)
+        assert isinstance(partition, KafkaRead)
+        for r in partition.ranges:
+            yield from read_range(self._bootstrap, r)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # Coxswain's checkpoints say where tasks start; nothing to keep here
@@ -232,12 +261,14 @@ class KafkaDataSource(DataSource):
 
 def kafka_stream(spark: Any, plan: Path, bootstrap: str,
                  max_offsets_per_trigger: int | None = None) -> Any:
-    """The streaming DataFrame of the partitions ``plan`` names."""
+    """The streaming DataFrame of the partitions ``plan`` names (read by at most as many
+    Spark tasks per batch as the application has cores)."""
     spark.dataSource.register(KafkaDataSource)
     return (spark.readStream.format(NAME).option("plan", str(plan))
             .option("bootstrap", bootstrap)
             .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or ""))
+            .option("readers", str(max(1, spark.sparkContext.defaultParallelism)))
             .load())
 
 
-__all__ = ["NAME", "KafkaDataSource", "KafkaRange", "SourcePlan", "kafka_stream"]
+__all__ = ["NAME", "KafkaDataSource", "KafkaRange", "KafkaRead", "SourcePlan", "kafka_stream"]

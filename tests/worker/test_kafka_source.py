@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics
 from worker.kafka_consumers import ConsumerPool
-from worker.kafka_source import KafkaRange, read_range
+from worker.kafka_source import KafkaRange, _groups, read_range
 
 
 def _offsets(batches: list[Any]) -> list[int]:
@@ -106,3 +106,15 @@ def test_a_failed_read_does_not_keep_its_consumer(kafka: LocalKafka) -> None:
         assert consumers.created == 2
     finally:
         consumers.close()
+
+
+def test_a_batch_is_read_by_at_most_one_spark_task_per_core_the_biggest_ranges_spread(
+) -> None:
+    ranges = [KafkaRange("t", p, 0, n) for p, n in enumerate([500, 10, 300, 250, 40])]
+    for readers in (1, 2, 3, 8):
+        reads = _groups(ranges, readers)
+        assert len(reads) == min(readers, len(ranges))
+        assert sorted(r.partition for read in reads for r in read.ranges) == list(range(5))
+    two = _groups(ranges, 2)
+    loads = sorted(sum(r.end - r.start for r in read.ranges) for read in two)
+    assert loads == [550, 550]  # 500 + 40 + 10 against 300 + 250

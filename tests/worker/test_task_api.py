@@ -69,12 +69,12 @@ def test_each_task_gets_its_own_spark_partition(spark: SparkSession) -> None:
 def test_tasks_beyond_the_partition_cap_share_partitions_but_keep_order(
     spark: SparkSession
 ) -> None:
-    # local[4] allows 64 partitions: 8 listed tasks are placed on 8; ask for 100 names so
-    # the cap (16 per core) is exceeded and indices wrap round-robin
+    # local[4] allows 8 partitions: 8 listed tasks are placed on 8; ask for 100 names so
+    # the cap (2 per core) is exceeded and indices wrap round-robin
     names = tuple(TASKS) + tuple(f"Partition 9_{b}_128" for b in range(92))
     ctx = BatchContext("w1", 5, 0, spark, names)
     placed = place_tasks(batch(spark), ctx)
-    assert placed.rdd.getNumPartitions() == 64
+    assert placed.rdd.getNumPartitions() == 8
     out = {bytes(r["key"]).decode(): json.loads(r["value"])["offsets"]
            for r in run_tasks(batch(spark), echo, ctx).collect()}
     assert sorted(out) == sorted(TASKS)

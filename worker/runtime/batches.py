@@ -71,7 +71,7 @@ class BatchRunner:
         self._size = size
         self._batch_offsets = batch_offsets
         self._set_limit = set_limit
-        self._last_end: float | None = None  # when the previous batch ended (monotonic)
+        self._last: tuple[float, int] | None = None  # the last batch: (start, records)
         if size is not None:
             set_limit(size.limit)
 
@@ -183,8 +183,7 @@ class BatchRunner:
             ended = time.monotonic()
             took = ended - started
             if plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
-                self._resize(read, took, started)
-            self._last_end = ended
+                self._resize(read, started)
             self.busy.record(started, ended)
             self.batches += 1
             self.stats = {
@@ -214,18 +213,19 @@ class BatchRunner:
                 read += end - start
         return ends, gens, read
 
-    def _resize(self, records: int, took: float, started: float) -> None:
-        """Steer the next batches' size on this one's duration, counting Spark's own
-        part of the trigger (planning, its logs) when batches run back to back."""
-        if self._size is None or records <= 0:
+    def _resize(self, records: int, started: float) -> None:
+        """Steer the next batches' size on the last one's whole cycle: from its start to
+        this one's, so Spark's part of a trigger (its logs, the source's planning) counts
+        with ``foreachBatch``'s (back to back when the source had a backlog; a batch the
+        source could not fill only ever raises the limit, idle time or not)."""
+        last, self._last = self._last, (started, records)
+        if self._size is None or last is None or last[1] <= 0:
             return
-        seconds = took
-        if self._last_end is not None and started - self._last_end < self._trigger_s:
-            seconds += started - self._last_end
-        size = after_batch(self._size, records, seconds)
+        size = after_batch(self._size, last[1], started - last[0])
         if size.limit != self._size.limit:
             log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed cost "
-                      "%.2fs)", self._size.limit, size.limit, records, seconds, size.fixed_s)
+                      "%.2fs)", self._size.limit, size.limit, last[1], started - last[0],
+                      size.fixed_s)
             self._set_limit(size.limit)
         self._size = size
 

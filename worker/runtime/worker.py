@@ -153,7 +153,12 @@ class Worker:
         stats = dict(self._runner.stats)
         if stats:  # after the first batch: how busy since (0 when idle)
             stats["busy"] = round(self._runner.busy.share(time.monotonic()), 3)
-            stats.update(self._runner.backlog(self._query.progress()))
+            progress = self._query.progress()
+            stats.update(self._runner.backlog(progress))
+            if progress and isinstance(progress.get("durationMs"), dict):
+                # where the last trigger's time went (Spark's own breakdown)
+                stats["triggerMs"] = {k: int(v) for k, v in progress["durationMs"].items()
+                                      if isinstance(v, (int, float))}
         if self._states is not None:  # the running tasks' restores and sizes, now
             names = sorted(self._runner.running.tasks)
             restores = self._states.restores
