@@ -71,7 +71,7 @@ class BatchRunner:
         self._size = size
         self._batch_offsets = batch_offsets
         self._set_limit = set_limit
-        self._last: tuple[float, int] | None = None  # the last batch: (start, records)
+        self._last: tuple[float, float, int] | None = None  # last: (start, end, records)
         if size is not None:
             set_limit(size.limit)
 
@@ -183,7 +183,7 @@ class BatchRunner:
             ended = time.monotonic()
             took = ended - started
             if plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
-                self._resize(read, started)
+                self._resize(read, started, ended)
             self.busy.record(started, ended)
             self.batches += 1
             self.stats = {
@@ -213,19 +213,21 @@ class BatchRunner:
                 read += end - start
         return ends, gens, read
 
-    def _resize(self, records: int, started: float) -> None:
-        """Steer the next batches' size on the last one's whole cycle: from its start to
-        this one's, so Spark's part of a trigger (its logs, the source's planning) counts
-        with ``foreachBatch``'s (back to back when the source had a backlog; a batch the
-        source could not fill only ever raises the limit, idle time or not)."""
-        last, self._last = self._last, (started, records)
-        if self._size is None or last is None or last[1] <= 0:
+    def _resize(self, records: int, started: float, ended: float) -> None:
+        """Steer the next batches' size on the last batch: its ``foreachBatch`` time plus
+        Spark's part of the trigger after it (its logs, the source's planning: the gap to
+        this batch's start), when the two ran back to back; a longer gap is the query
+        idling (nothing to read, or a handover's wait for its barrier) and counts as
+        nothing, or the batch after every handover would look slow."""
+        last, self._last = self._last, (started, ended, records)
+        if self._size is None or last is None or last[2] <= 0:
             return
-        size = after_batch(self._size, last[1], started - last[0])
+        gap = started - last[1]
+        seconds = (last[1] - last[0]) + (gap if gap < self._trigger_s else 0.0)
+        size = after_batch(self._size, last[2], seconds)
         if size.limit != self._size.limit:
             log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed cost "
-                      "%.2fs)", self._size.limit, size.limit, last[1], started - last[0],
-                      size.fixed_s)
+                      "%.2fs)", self._size.limit, size.limit, last[2], seconds, size.fixed_s)
             self._set_limit(size.limit)
         self._size = size
 
