@@ -35,7 +35,8 @@ from worker.state.tasks import TaskStates, new_checkpoint_id
 
 log = logging.getLogger("coxswain.worker")
 
-#: (topic, partition) -> a batch's end there, and the source generation it read at
+#: (topic, partition) -> a number per partition of a batch (its end, or the source
+#: generation it read at)
 Ends = dict[tuple[str, int], int]
 
 
@@ -75,7 +76,7 @@ class BatchRunner:
         if size is not None:
             set_limit(size.limit)
 
-    # -- the running tasks (each under the lock: between two batches)
+    # -- the running tasks (each change applied at the batch boundary)
 
     def remove(self, tasks: Iterable[str]) -> Running:
         """Stop running ``tasks``: no batch after the one in flight processes or commits
