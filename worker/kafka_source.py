@@ -13,10 +13,11 @@ per-bucket checkpoints decide where tasks start) and hand Spark Arrow record bat
 ranges of a batch are read by at most as many Spark tasks as there are cores
 (:class:`KafkaRead`).
 
-Offsets (Spark's log of each batch): ``{"v": plan version, "p": {"topic/partition":
-{"from", "to", "g"}}}``: the batch's range of every partition and the generation of the
-plan's start it continues from (``worker.source_plan``), also a column of every row
-(``gen``: ``worker.running`` counts a task's batches from its generation on). With no new
+Offsets (Spark's log of each batch): ``{"v": plan version, "r": readers, "p":
+{"topic/partition": {"from", "to", "g"}}}``: the batch's range of every partition and
+the generation of the plan's start it continues from (``worker.source_plan``), also a
+column of every row (``gen``: ``worker.running`` counts a task's batches from its
+generation on); ``r``, the most Spark tasks reading it (:func:`readers_of`). With no new
 record and no change of plan, the end is the start again, so Spark runs no batch.
 """
 
@@ -75,6 +76,14 @@ def _groups(ranges: list[KafkaRange], readers: int) -> list[KafkaRead]:
         loads[i] += r.end - r.start
     return [KafkaRead(tuple(sorted(g, key=lambda r: (r.topic, r.partition)))) for g in groups
             if g]
+
+
+def readers_of(offsets: Mapping[str, Any]) -> int:
+    """How many Spark tasks read the batch of ``offsets`` (the end offset a batch was
+    planned to): one per Kafka partition with records, at most ``r``. Every Kafka
+    partition's records are read by one of them, in offset order."""
+    ranges = sum(1 for r in (offsets.get("p") or {}).values() if r["to"] > r["from"])
+    return min(max(1, int(offsets.get("r") or 1)), ranges)
 
 
 def _budget(available: Mapping[str, int], limit: int | None) -> dict[str, int]:
@@ -136,7 +145,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 v["from"] == v["to"] == before[k]["to"] and v["g"] == before[k]["g"]
                 for k, v in out.items()):
             return start  # nothing new, nothing changed: no batch
-        return {"v": plan.version, "p": out}
+        return {"v": plan.version, "r": self._readers, "p": out}
 
     def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802
         """Each partition's end (last stable offset) at the last trigger, in the query's

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from grouping.key_bucket import key_bucket
 from worker.plan import QueryPlan, Skip, SspStart
 from worker.runtime import BatchContext, TaskContext, place_tasks, run_tasks, spark_session
+from worker.runtime.task_api import placed_by_reads
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, keyBucket int, taskName string")
@@ -79,6 +80,28 @@ def test_tasks_beyond_the_partition_cap_share_partitions_but_keep_order(
            for r in run_tasks(batch(spark), echo, ctx).collect()}
     assert sorted(out) == sorted(TASKS)
     assert all(offsets == sorted(offsets) and len(offsets) == 50 for offsets in out.values())
+
+
+def test_tasks_placed_by_the_reads_run_where_they_were_read(spark: SparkSession) -> None:
+    """A Kafka batch's reads put each Kafka partition's records in one Spark partition:
+    run there (no shuffle), each task still called once with its rows in order."""
+    read = batch(spark).repartition(2, "partition")  # as the source's readers would
+    ctx = BatchContext("w1", 5, 0, spark, tuple(TASKS), tasks_placed=True)
+    result = run_tasks(read, echo, ctx)
+    assert result.rdd.getNumPartitions() == 2
+    out = {bytes(r["key"]).decode(): json.loads(r["value"])["offsets"]
+           for r in result.collect()}
+    assert sorted(out) == sorted(TASKS)
+    for task, offsets in out.items():
+        bucket = int(task.split()[1].split("_")[1])
+        assert offsets == [1000 * bucket + i for i in range(50)]
+
+
+def test_a_batch_runs_where_read_only_when_a_shuffle_would_not_run_more_at_once() -> None:
+    assert placed_by_reads(readers=2, tasks_with_rows=8, cores=2)  # the reads fill the cores
+    assert placed_by_reads(readers=2, tasks_with_rows=2, cores=8)  # one task per read
+    assert not placed_by_reads(readers=2, tasks_with_rows=8, cores=8)  # 8 could run at once
+    assert not placed_by_reads(readers=0, tasks_with_rows=1, cores=1)  # reads not known
 
 
 def test_the_query_filter_keeps_each_bucket_from_its_own_start(spark: SparkSession) -> None:

@@ -26,10 +26,12 @@ from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
+from worker.kafka_source import readers_of
 from worker.plan import QueryPlan, sql_string
 from worker.running import Running, add, advanced, for_batch, nothing, remove, retag
 from worker.runtime.boundary import BatchBoundary
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
+from worker.runtime.task_api import placed_by_reads
 from worker.source_plan import split_key
 from worker.state.tasks import TaskStates, new_checkpoint_id
 
@@ -73,6 +75,7 @@ class BatchRunner:
         self._batch_offsets = batch_offsets
         self._set_limit = set_limit
         self._last: tuple[float, float, int] | None = None  # last: (start, end, records)
+        self._warm = False  # the query's first batch (Spark warming up) is not measured
         if size is not None:
             set_limit(size.limit)
 
@@ -163,8 +166,8 @@ class BatchRunner:
             if persisted:  # the batch read twice: once for its ends, once processed
                 batch.persist()
             try:
-                ends, gens, read = ranges if ranges is not None else _measured(
-                    batch, plan.system == "kinesis")
+                ends, gens, read, readers = ranges if ranges is not None else (
+                    *_measured(batch, plan.system == "kinesis"), 0)
                 for key, end in ends.items():
                     self.read[key] = max(self.read.get(key, end), end)
                 now = for_batch(plan, gens, self._done)
@@ -177,7 +180,7 @@ class BatchRunner:
                 log.debug("batch %d: %d rows, ends %s, generations %s, %d key spaces run",
                           batch_id, read, ends, gens, len(now.starts))
                 if now.starts:
-                    self._run(batch, batch_id, now, ends)
+                    self._run(batch, batch_id, now, ends, readers)
             finally:
                 if persisted:
                     batch.unpersist()
@@ -197,9 +200,10 @@ class BatchRunner:
             if self._size is not None and plan.system != "kinesis":
                 self.stats["batchLimit"] = self._size.limit
 
-    def _ranges(self, batch_id: int) -> tuple[Ends, Ends, int] | None:
-        """A Kafka batch's ends, generations and records from the source's offsets
-        (``worker.kafka_source``): no Spark job for them (None: unreadable)."""
+    def _ranges(self, batch_id: int) -> tuple[Ends, Ends, int, int] | None:
+        """A Kafka batch's ends, generations, records and the Spark tasks reading it,
+        from the source's offsets (``worker.kafka_source``): no Spark job for them (None:
+        unreadable)."""
         found = self._batch_offsets(batch_id)
         if found is None or not isinstance(found.get("p"), dict):
             return None
@@ -212,7 +216,7 @@ class BatchRunner:
                 ends[split_key(key)] = end
                 gens[split_key(key)] = int(r["g"])
                 read += end - start
-        return ends, gens, read
+        return ends, gens, read, readers_of(found)
 
     def _resize(self, records: int, started: float, ended: float) -> None:
         """Steer the next batches' size on the last batch: its ``foreachBatch`` time plus
@@ -222,6 +226,9 @@ class BatchRunner:
         nothing, or the batch after every handover would look slow."""
         last, self._last = self._last, (started, ended, records)
         if self._size is None or last is None or last[2] <= 0:
+            return
+        if not self._warm:  # the query's first batch: Spark and Python warming up
+            self._warm = True
             return
         gap = started - last[1]
         seconds = (last[1] - last[0]) + (gap if gap < self._trigger_s else 0.0)
@@ -233,17 +240,22 @@ class BatchRunner:
         self._size = size
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
-             ends: dict[tuple[str, int], int]) -> None:
+             ends: dict[tuple[str, int], int], readers: int) -> None:
         states = self._states
         columns = KINESIS_COLUMNS if plan.system == "kinesis" else COLUMNS
         mine = (batch.withColumn("keyBucket", F.expr(plan.bucket_expr()))
                 .where(plan.filter_sql()).withColumn("taskName", F.expr(_task_column(plan)))
                 .select(*columns))
         checkpoint_id = new_checkpoint_id() if states is not None else None
+        tasks = tuple(sorted({s.task for s in plan.starts}))
+        # a Kafka partition's rows are read by one Spark task: when the reading tasks
+        # are as many as the tasks with rows could use, they run where they were read
+        with_rows = {s.task for s in plan.starts if (s.topic, s.partition) in ends}
+        placed = placed_by_reads(readers, len(with_rows),
+                                 self._spark.sparkContext.defaultParallelism)
         self._process(mine, BatchContext(
-            self._pid(), plan.version, batch_id, self._spark,
-            tuple(sorted({s.task for s in plan.starts})),
-            str(states.state_dir) if states else None, checkpoint_id))
+            self._pid(), plan.version, batch_id, self._spark, tasks,
+            str(states.state_dir) if states else None, checkpoint_id, placed))
         self._done = advanced(self._done, plan, ends)
         checkpoints = plan.commit(ends)
         for s in plan.starts:

@@ -58,6 +58,9 @@ class BatchContext:
     task_names: tuple[str, ...] = ()  # this batch's active tasks, in a fixed order
     state_dir: str | None = None  # a stateful worker's state dir
     checkpoint_id: str | None = None  # the id of this batch's state snapshots
+    # each task's rows already sit in one Spark partition, and the partitions are as
+    # many as the batch can use (``process_task`` then needs no shuffle)
+    tasks_placed: bool = False
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]
