@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -118,7 +119,8 @@ def topics(kafka: LocalKafka, *specs: tuple[str, int]) -> None:
         f.result(60)
 
 
-def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path) -> tuple[float, int]:
+def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path,
+             worker_args: list[str]) -> tuple[float, int]:
     out_topic = f"out-{uuid.uuid4().hex[:8]}"
     topics(kafka, (out_topic, 1))
     data = tmp / f"f{factor}"
@@ -130,7 +132,7 @@ def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path) -> 
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
          "--api", "task", "--app", "bench.elasticity:slow_task", "--output-topic", out_topic,
          "--kafka-bootstrap", kafka.bootstrap, "--spark-master", "local[8]",
-         "--processor-id", "w0", "--log-level", "WARNING"],
+         "--processor-id", "w0", "--log-level", "WARNING", *worker_args],
         stdout=(data / "worker.log").open("wb"), stderr=subprocess.STDOUT,
         start_new_session=True)
     try:
@@ -174,6 +176,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10000)
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--no-plain", action="store_true", help="skip the plain Spark runs")
+    parser.add_argument("--worker-args", default="",
+                        help="more arguments for `coxswain worker`, e.g. "
+                             "'--target-batch-ms 5000' (one string)")
     args = parser.parse_args()
     kafka = LocalKafka.create().start()
     rows = []
@@ -183,7 +188,8 @@ def main() -> None:
             topics(kafka, (source, 2))
             produce(kafka, source, args.records, args.keys)
             for factor in args.factors:
-                rate, bad = coxswain(kafka, source, factor, args.records, Path(tmp))
+                rate, bad = coxswain(kafka, source, factor, args.records, Path(tmp),
+                                     shlex.split(args.worker_args))
                 rows.append((f"Coxswain F={factor}", rate, bad))
                 print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",
                       flush=True)

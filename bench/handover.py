@@ -15,8 +15,11 @@ own ``.venv``). Changes, each from a steady state:
 
 Measured per change: seconds from the trigger to the first output under the new version
 (a record whose ``version`` is the new one's or later), to the version's barrier done,
-and the records the change cost: the steady rate before it times the window minus what
-came out in it (``--window-s`` after the trigger). ``saturated``: a backlog bigger than
+and the records the change cost: the rate after it settled (measured over the 8 s after
+the window: a kill or a leave leaves fewer workers, a join more) times the window
+minus what came out in it (``--window-s`` after the trigger), also in batches' worth of
+output (``lostBatches``: the rate times the steady batch duration), and a timeline of
+records out per half second from 3 s before the change. ``saturated``: a backlog bigger than
 the workers take (the app waits 2 ms per record, 2 workers at ``local[1]``); ``quiet``:
 records at a rate the workers keep up with. Steady state: records/s of one worker on a
 0-work job and on the 2 ms job, factor 1 and 4.
@@ -51,9 +54,11 @@ from service.local.ports import kill_process_group, stop_process_group
 from tests.service.server import Server
 
 APPS = {"slow": "tests.worker.apps:slow_echo_task", "none": "tests.worker.apps:echo_task",
-        "kinesis": "tests.worker.apps:kinesis_echo_task"}
+        "kinesis": "tests.worker.apps:kinesis_echo_task",
+        "slow-count": "tests.worker.apps:slow_count_task"}
 WORK_S = {"slow": 0.004, "none": 0.0}  # what slow_echo_task waits per record
 QUIET_RATE = 100.0  # records/s fed in the quiet mode (the workers take 300-400)
+AFTER_S = 8.0  # seconds after the window the rate after a change is measured over
 
 
 @dataclass
@@ -93,6 +98,7 @@ class Rig:
     root: Path
     kafka: LocalKafka
     tree: Path  # the checkout whose runtime the workers run
+    stateful: bool = False  # the workers keep state (a blob store in a folder)
     server: Server | None = None
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -100,6 +106,9 @@ class Rig:
                ) -> None:
         log = (self.root / f"{pid}.log").open("ab")
         assert self.server is not None
+        if self.stateful:
+            extra = ("--stateful", "--state-dir", str(self.root / f"{pid}-state"),
+                     "--blob-store", f"file://{self.root / 'blobs'}", *extra)
         self.workers[pid] = subprocess.Popen(
             [str(self.tree / ".venv" / "bin" / "python"), "-m", "service.cli", "worker",
              "--coordinator", self.server.url, "--app", app, "--api", "task",
@@ -178,7 +187,7 @@ def change(kind: str, rig: Rig, out: Output, api: httpx.Client, output: str,
     elif kind == "scale-down":
         api.post("/scale", json={"elasticityFactor": 2}).raise_for_status()
     elif kind == "join":  # timed from its registration: Spark's start is not a handover
-        rig.worker("w2", APPS["slow"], output)
+        rig.worker("w2", app(rig), output)
         wait(lambda: "w2" in registered(api), 240, "w2 registered")
         t0 = time.time()
     elif kind == "leave":
@@ -195,21 +204,49 @@ def change(kind: str, rig: Rig, out: Output, api: httpx.Client, output: str,
     wait(lambda: any(r.get("version", 0) >= version and t >= t0 for t, r in out.seen), 120,
          f"{kind}: output under version {version}")
     first = min(t for t, r in out.seen if r.get("version", 0) >= version and t >= t0) - t0
-    time.sleep(max(0.0, t0 + window_s - time.time()))
-    steady = out.rate(steady_from, t0)
+    # the rate after the change settled (a kill or a leave leaves fewer workers, a join
+    # more): what the window would have had, had the change taken no time
+    time.sleep(max(0.0, t0 + window_s + AFTER_S - time.time()))
+    before_rate = out.rate(steady_from, t0)
+    after_rate = out.rate(t0 + window_s, t0 + window_s + AFTER_S)
     got = sum(1 for t, _ in out.seen if t0 <= t < t0 + window_s)
+    lost = max(0.0, after_rate * window_s - got)
+    print(json.dumps({"change": kind, "timeline": timeline(out, t0 - 3, t0 + window_s)}),
+          flush=True)
     return {"firstOutputS": round(first, 2), "barrierS": round(barrier, 2),
-            "lostRecords": round(max(0.0, steady * window_s - got)),
-            "steadyRate": round(steady, 1), "steadyBatchS": batch_s}
+            "lostRecords": round(lost), "steadyRate": round(before_rate, 1),
+            "afterRate": round(after_rate, 1), "steadyBatchS": batch_s,
+            # the cost in batches' worth of output (the target: at most one)
+            "lostBatches": round(lost / max(1e-9, after_rate * batch_s), 2)}
+
+
+def timeline(out: Output, start: float, end: float, step: float = 0.5) -> list[int]:
+    """Records out per ``step`` seconds from ``start`` (the change at 3 s)."""
+    counts = [0] * max(1, round((end - start) / step))
+    for t, _ in out.seen:
+        if start <= t < end:
+            counts[min(len(counts) - 1, int((t - start) / step))] += 1
+    return counts
+
+
+def app(rig: Rig) -> str:
+    """The scenarios' app: 4 ms per record, counting per key when stateful."""
+    return APPS["slow-count" if rig.stateful else "slow"]
+
+
+def count_errors(out: Output) -> int:
+    """Records of a counting app whose count is not seq + 1 (state lost or applied
+    twice)."""
+    return sum(1 for _, r in out.seen if "count" in r and r["count"] != r["seq"] + 1)
 
 
 def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bool,
-             window_s: float) -> dict[str, float]:
+             window_s: float, stateful: bool = False) -> dict[str, float]:
     topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
     create_topics(kafka.bootstrap, [(topic, 4), (output, 1)])
     work = root / f"{tree.name}-{kind}-{uuid.uuid4().hex[:4]}"
     work.mkdir(parents=True)
-    rig = Rig(work, kafka, tree)
+    rig = Rig(work, kafka, tree, stateful)
     stop = threading.Event()
     sent = [0]
     out = Output(kafka.bootstrap, output).start()
@@ -225,7 +262,7 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
                                    "--debounce-ms", "200"]).start()
         count = 3 if kind == "leave" else 2
         for i in range(count):
-            rig.worker(f"w{i}", APPS["slow"], output)
+            rig.worker(f"w{i}", app(rig), output)
         with rig.server.client() as api:
             # steady: every worker in the model, its barrier done, output flowing 10 s
             wait(lambda: len(api.get("/jobmodel").json().get("containers", {})) == count
@@ -238,7 +275,10 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
                 wait(lambda: len(out.seen) >= sent[0] - 3 * QUIET_RATE, 240,
                      "the backlog drained")
             time.sleep(10)
-            return change(kind, rig, out, api, output, window_s)
+            row = change(kind, rig, out, api, output, window_s)
+            if stateful:
+                row["countErrors"] = count_errors(out)
+            return row
     finally:
         stop.set()
         out.stop()
@@ -329,6 +369,9 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated parts to run")
     p.add_argument("--modes", default="saturated,quiet",
                    help="comma-separated: saturated, quiet")
+    p.add_argument("--stateful", action="store_true",
+                   help="the changes with a counting app keeping state (a blob store in "
+                        "a folder) instead of the stateless one")
     args = p.parse_args()
     only = set(filter(None, args.only.split(",")))
     print(f"load average before: {os.getloadavg()}", flush=True)
@@ -347,13 +390,14 @@ def main() -> None:
                     for _ in range(runs):
                         try:
                             row = scenario(kind, tree, kafka, root, mode == "saturated",
-                                           args.window_s)
+                                           args.window_s, args.stateful)
                         except Exception as e:  # one failed run: said, and the rest go on
                             print(json.dumps({"change": kind, "mode": mode,
                                               "tree": str(tree), "failed": str(e)}),
                                   flush=True)
                             continue
-                        results.setdefault(f"{kind} ({mode})", {}).setdefault(
+                        label = f"{mode}, stateful" if args.stateful else mode
+                        results.setdefault(f"{kind} ({label})", {}).setdefault(
                             tree.name, []).append(row)
                         print(json.dumps({"change": kind, "mode": mode,
                                           "tree": str(tree), **row}), flush=True)

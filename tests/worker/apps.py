@@ -71,6 +71,14 @@ def slow_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     return echo_task(ctx, rows)
 
 
+def slow_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``count_task`` with 4 ms of waiting per record (an external call)."""
+    import time
+
+    time.sleep(0.004 * len(rows))
+    return count_task(ctx, rows)
+
+
 def kinesis_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     """process_task over Kinesis records: one output row per record, (key, seq, task,
     processor, version, shard, sequence number)."""
