@@ -24,7 +24,8 @@ from typing import Any
 
 #: consumers one Python worker keeps (the least recently used beyond is closed)
 POOL_SIZE = 32
-#: the longest a fetch waits at the broker for records (librdkafka's default is 500)
+#: the longest a fetch waits at the broker for records, and a full queue before it is
+#: checked again (librdkafka's defaults: 500 and 1000)
 FETCH_WAIT_MS = 20
 
 
@@ -86,12 +87,15 @@ class ConsumerPool:
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
             # prefetch a batch's worth, not librdkafka's default of 64 MB per partition
             "queued.min.messages": 20_000, "queued.max.messages.kbytes": 16_384,
-            # a consumer at the partition's end keeps a fetch waiting at the broker
-            # (500 ms by default), and a read from another offset (any Python worker
-            # may run a partition's next range) waits for it to return before it
-            # fetches: 350-500 ms per read, most of a batch's fixed cost at local[8].
-            # 20 ms: such a read takes ~20 ms, and an idle consumer asks 50 times a second
-            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            # A read from another offset than the consumer's (any Python worker may run
+            # a partition's next range) seeks, and its first fetch waits for what holds
+            # the partition's fetches: a fetch in flight, which waits at the broker up
+            # to fetch.wait.max.ms when the consumer is at the partition's end (500 ms
+            # by default), or, when the consumer's queue is full (a backlog), the
+            # backoff before the next check of it (1 s by default). Measured: 350-500
+            # ms and 1 s per such read, most of a batch's fixed cost. At 20 ms both: a
+            # seek's read takes 10-25 ms, and an idle consumer asks 50 times a second
+            "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.queue.backoff.ms": FETCH_WAIT_MS,
             "log_level": 3})
         consumer.assign([TopicPartition(topic, partition, start)])
         self.created += 1
