@@ -259,7 +259,8 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
         factor = "4" if kind == "scale-down" else "2"
         rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
                                    f"kafka.{topic}", "--elasticity-factor", factor,
-                                   "--debounce-ms", "200"]).start()
+                                   "--debounce-ms", "200",
+                                   *(["--stateful"] if stateful else [])]).start()
         count = 3 if kind == "leave" else 2
         for i in range(count):
             rig.worker(f"w{i}", app(rig), output)

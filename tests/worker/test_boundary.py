@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, cast
 
 import pytest
 
+from worker.batch_size import start
+from worker.plan import QueryPlan, SspStart
+from worker.runtime.batches import BatchRunner
 from worker.runtime.boundary import BatchBoundary
 
 
@@ -106,3 +110,21 @@ def test_a_failing_batch_still_applies_the_changes_asked_for_meanwhile() -> None
         raise RuntimeError("the user's code failed")
     asker.join(10)
     assert results == [1]
+
+
+def test_the_first_batch_running_gained_tasks_reads_half_the_steered_limit() -> None:
+    """Gained tasks first produce output when the first batch running them ends: that
+    batch reads half the steered limit, and the next the steered limit again."""
+    issued: list[int | None] = []
+    runner = BatchRunner(cast(Any, None), lambda df, ctx: None, cast(Any, None), None,
+                         threading.Event(), 60.0, 0.5, lambda: "w1",
+                         publish=lambda running: None, size=start(1.0, 400),
+                         set_limit=issued.append)
+    try:
+        assert issued == [400]
+        runner.add(QueryPlan(5, 2, (SspStart("Partition 0_0_2", "orders", 0, 0, 100),), ()))
+        assert issued == [400, 200]  # (between batches: applied at once)
+        runner._resize(200, started=10.0, ended=10.5)  # the batch with the gained tasks
+        assert issued == [400, 200, 400]
+    finally:
+        runner.committer.close(0.1)

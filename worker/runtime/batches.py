@@ -37,6 +37,9 @@ from worker.state.tasks import TaskStates, new_checkpoint_id
 
 log = logging.getLogger("coxswain.worker")
 
+#: the first batch running gained tasks reads the steered limit over this (Kafka)
+FIRST_BATCH_DIVISOR = 2
+
 #: (topic, partition) -> a number per partition of a batch (its end, or the source
 #: generation it read at)
 Ends = dict[tuple[str, int], int]
@@ -76,8 +79,9 @@ class BatchRunner:
         self._set_limit = set_limit
         self._last: tuple[float, float, int] | None = None  # last: (start, end, records)
         self._warm = False  # the query's first batch (Spark warming up) is not measured
+        self._issued: int | None = None  # the limit the source reads under
         if size is not None:
-            set_limit(size.limit)
+            self._issue(size.limit)
 
     # -- the running tasks (each change applied at the batch boundary)
 
@@ -100,6 +104,11 @@ class BatchRunner:
 
         def change() -> Running:
             self.running = add(self.running, new, self.read, self._done)
+            if self._size is not None:
+                # the gained tasks' first output comes at the end of the first batch
+                # that runs them: half a batch gets it there sooner (the next one is
+                # steered as before)
+                self._issue(max(1, self._size.limit // FIRST_BATCH_DIVISOR))
             return self.running
 
         found: Running = self.boundary.change(change)
@@ -225,19 +234,27 @@ class BatchRunner:
         idling (nothing to read, or a handover's wait for its barrier) and counts as
         nothing, or the batch after every handover would look slow."""
         last, self._last = self._last, (started, ended, records)
-        if self._size is None or last is None or last[2] <= 0:
+        if self._size is None:
             return
-        if not self._warm:  # the query's first batch: Spark and Python warming up
-            self._warm = True
-            return
-        gap = started - last[1]
-        seconds = (last[1] - last[0]) + (gap if gap < self._trigger_s else 0.0)
-        size = after_batch(self._size, last[2], seconds)
-        if size.limit != self._size.limit:
-            log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed cost "
-                      "%.2fs)", self._size.limit, size.limit, last[2], seconds, size.fixed_s)
-            self._set_limit(size.limit)
-        self._size = size
+        if last is not None and last[2] > 0:
+            if not self._warm:  # the query's first batch: Spark and Python warming up
+                self._warm = True
+            else:
+                gap = started - last[1]
+                seconds = (last[1] - last[0]) + (gap if gap < self._trigger_s else 0.0)
+                size = after_batch(self._size, last[2], seconds)
+                if size.limit != self._size.limit:
+                    log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed "
+                              "cost %.2fs)", self._size.limit, size.limit, last[2], seconds,
+                              size.fixed_s)
+                self._size = size
+        self._issue(self._size.limit)  # (also back from a first batch's half)
+
+    def _issue(self, limit: int) -> None:
+        """Have the source read at most ``limit`` records from its next batch on."""
+        if limit != self._issued:
+            self._issued = limit
+            self._set_limit(limit)
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
              ends: dict[tuple[str, int], int], readers: int) -> None:
