@@ -370,11 +370,14 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated parts to run")
     p.add_argument("--modes", default="saturated,quiet",
                    help="comma-separated: saturated, quiet")
+    p.add_argument("--new-only", action="store_true",
+                   help="run the new runtime only (against old runs of the same session)")
     p.add_argument("--stateful", action="store_true",
                    help="the changes with a counting app keeping state (a blob store in "
                         "a folder) instead of the stateless one")
     args = p.parse_args()
     only = set(filter(None, args.only.split(",")))
+    checkouts = (args.new,) if args.new_only else (args.old, args.new)
     print(f"load average before: {os.getloadavg()}", flush=True)
     kafka = LocalKafka.create().start()
     kinesis = LocalKinesis.start()
@@ -387,7 +390,7 @@ def main() -> None:
                 if only and kind not in only:
                     continue
                 runs = args.runs if mode == "saturated" else (args.quiet_runs or args.runs)
-                for tree in (args.old, args.new):
+                for tree in checkouts:
                     for _ in range(runs):
                         try:
                             row = scenario(kind, tree, kafka, root, mode == "saturated",
@@ -403,7 +406,7 @@ def main() -> None:
                         print(json.dumps({"change": kind, "mode": mode,
                                           "tree": str(tree), **row}), flush=True)
         if not only or "split" in only:
-            for tree in (args.old, args.new):
+            for tree in checkouts:
                 for _ in range(args.runs):
                     try:
                         row = kinesis_split(tree, kafka, kinesis, root)
@@ -417,7 +420,7 @@ def main() -> None:
                           flush=True)
         if not only or "throughput" in only:
             for app, factor in (("none", 1), ("slow", 1), ("slow", 4)):
-                for tree in (args.old, args.new):
+                for tree in checkouts:
                     rates = [throughput(tree, kafka, root, app, factor)
                              for _ in range(args.runs)]
                     print(json.dumps({"throughput": app, "factor": factor,
