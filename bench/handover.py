@@ -19,7 +19,10 @@ and the records the change cost: the rate after it settled (measured over the 8 
 the window: a kill or a leave leaves fewer workers, a join more) times the window
 minus what came out in it (``--window-s`` after the trigger), also in batches' worth of
 output (``lostBatches``: the rate times the steady batch duration), and a timeline of
-records out per half second from 3 s before the change. ``saturated``: a backlog bigger than
+records out per half second from 3 s before the change. ``--stateful``: the counting
+app with 4 ms per record (``tests.worker.apps:slow_count_task``, which an old checkout
+may need added), state in a folder blob store, the coordinator with ``--stateful``, and
+the records whose count is not seq + 1 reported. ``saturated``: a backlog bigger than
 the workers take (the app waits 2 ms per record, 2 workers at ``local[1]``); ``quiet``:
 records at a rate the workers keep up with. Steady state: records/s of one worker on a
 0-work job and on the 2 ms job, factor 1 and 4.

@@ -94,7 +94,7 @@ class ConsumerPool:
             # by default), or, when the consumer's queue is full (a backlog), the
             # backoff before the next check of it (1 s by default). Measured: 350-500
             # ms and 1 s per such read, most of a batch's fixed cost. At 20 ms both: a
-            # seek's read takes 10-25 ms, and an idle consumer asks 50 times a second
+            # seek's read takes 10-50 ms, and an idle consumer asks 50 times a second
             "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.queue.backoff.ms": FETCH_WAIT_MS,
             "log_level": 3})
         consumer.assign([TopicPartition(topic, partition, start)])
