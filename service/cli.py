@@ -397,6 +397,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     from service.logs import configure
     from worker.runtime import (
+        NotAStatefulJob,
         Worker,
         WorkerConfig,
         spark_session,
@@ -469,6 +470,8 @@ def _worker(args: argparse.Namespace) -> None:
             worker.run()
     except KeyboardInterrupt:
         pass
+    except NotAStatefulJob as e:  # it left; Spark stops below
+        raise SystemExit(f"coxswain worker: {e}") from None
     finally:
         stop_spark(spark)
         # handed over, left, Spark stopped: what remains is the interpreter's exit,

@@ -13,6 +13,7 @@ from worker.batch_size import start
 from worker.plan import QueryPlan, SspStart
 from worker.runtime.batches import BatchRunner
 from worker.runtime.boundary import BatchBoundary
+from worker.runtime.handover import NotAStatefulJob, check_stateful
 
 
 def until_waiting(boundary: BatchBoundary, n: int) -> None:
@@ -128,3 +129,13 @@ def test_the_first_batch_running_gained_tasks_reads_half_the_steered_limit() -> 
         assert issued == [400, 200, 400]
     finally:
         runner.committer.close(0.1)
+
+
+def test_a_stateful_worker_accepts_only_a_stateful_coordinators_checkpoints() -> None:
+    """A stateful coordinator names every task's stateSources (``[]``: no state yet);
+    checkpoints without them come from one run without ``--stateful``."""
+    check_stateful({"A": {"stateSources": []}, "B": {"stateSources": [{"taskName": "A"}]}},
+                   {"A", "B"})
+    check_stateful({"A": {}}, set())  # nothing about to run
+    with pytest.raises(NotAStatefulJob, match=r"of A, B, C, \.\.\.\) name no stateSources"):
+        check_stateful({"A": {}, "B": {"inputOffsets": []}, "D": {}}, {"A", "B", "C", "D"})

@@ -6,6 +6,7 @@ from local files, zero bytes downloaded) and a crash whose tasks restore elsewhe
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 import uuid
@@ -440,3 +441,30 @@ def test_repeated_sigterms_neither_cut_a_handover_short_nor_a_start(
     finally:
         stop_workers([w for w in (w0, w1) if w is not None])
     check_counts(kafka, output, producing)
+
+
+def test_a_stateful_worker_refuses_a_coordinator_without_stateful(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """Without ``--stateful`` the coordinator names no ``stateSources`` and a factor
+    change would start the new tasks with empty state, silently. The stateful worker
+    refuses before any task runs: exit 1 with the reason, it left, nothing written and
+    nothing committed."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(100)
+    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "2")
+    w0 = stateful_worker(tmp_path, server, kafka, output, "w0", f"file://{tmp_path / 'b'}")
+    try:
+        rc = w0.wait(180)
+    finally:
+        stop_workers([w0])
+    log = (tmp_path / "w0.log").read_text()
+    assert rc == 1, log[-3000:]
+    assert "refusing to run" in log and "Start the coordinator with --stateful" in log
+    assert '/processors/w0 "HTTP/1.1 204' in log  # it left
+    assert queries_started(tmp_path, "w0") == [0]  # no Spark query, no batch
+    assert not re.search(r'POST \S+/checkpoints "', log)  # no commit
+    with server.client() as c:
+        assert c.get("/processors").json() == []
+    assert read_all(kafka, output) == []

@@ -21,10 +21,11 @@ from worker.runtime.contexts import (
     TaskContext,
     WorkerConfig,
 )
+from worker.runtime.handover import NotAStatefulJob
 from worker.runtime.spark import spark_session, stop_spark
 from worker.runtime.task_api import place_tasks, run_tasks, task_api, warm_python_workers
 from worker.runtime.worker import Worker
 
-__all__ = ["COLUMNS", "KINESIS_COLUMNS", "BatchContext", "ProcessBatch", "ProcessTask",
-           "TaskContext", "Worker", "WorkerConfig", "place_tasks", "run_tasks",
+__all__ = ["COLUMNS", "KINESIS_COLUMNS", "BatchContext", "NotAStatefulJob", "ProcessBatch",
+           "ProcessTask", "TaskContext", "Worker", "WorkerConfig", "place_tasks", "run_tasks",
            "spark_session", "stop_spark", "task_api", "warm_python_workers"]

@@ -34,6 +34,25 @@ log = logging.getLogger("coxswain.worker")
 WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
 
 
+class NotAStatefulJob(Exception):
+    """A stateful worker under a coordinator run without ``--stateful``: its checkpoints
+    name no ``stateSources``, so after a factor change the new tasks would start with
+    empty state and count wrongly, without a word. Refused before any task runs."""
+
+
+def check_stateful(checkpoints: dict[str, Any], names: set[str]) -> None:
+    """Raise :class:`NotAStatefulJob` unless every checkpoint of ``names`` comes from a
+    stateful coordinator (it always names the snapshots a task's state comes from, an
+    empty list for a task with none)."""
+    lacking = sorted(n for n in names if "stateSources" not in checkpoints.get(n, {}))
+    if lacking:
+        raise NotAStatefulJob(
+            f"this worker is --stateful but the coordinator is not: its checkpoints (of "
+            f"{', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}) name no "
+            "stateSources, so tasks of a new elasticity factor would start with empty "
+            "state. Start the coordinator with --stateful (or this worker without it)")
+
+
 def active_tasks(model: dict[str, Any], processor_id: str) -> dict[str, Any]:
     """This processor's active tasks in ``model`` (name -> task JSON)."""
     tasks = model["containers"].get(processor_id, {}).get("tasks", {})
@@ -139,6 +158,8 @@ class Handover:
         self._finished |= names - ready - self._waiting
         if not ready:
             return
+        if self._states is not None:
+            check_stateful(checkpoints, ready)
         log.info("version %d: starting %s", plan.version, ", ".join(sorted(ready)[:10]))
         if self._states is None:
             self._add(only(plan, ready))

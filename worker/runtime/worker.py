@@ -26,7 +26,7 @@ from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
-from worker.runtime.handover import Handover
+from worker.runtime.handover import Handover, NotAStatefulJob
 from worker.runtime.query import SourceQuery
 from worker.state.tasks import TaskStates
 
@@ -116,6 +116,10 @@ class Worker:
                 lambda: self._stop.is_set() or self._over.is_set())
         except (LeaseLost, Fenced) as e:  # an ack's answer
             log.error("lease lost (%s): stopping processing and registering again", e)
+        except NotAStatefulJob as e:  # nothing ran: leave, and the process exits 1
+            log.error("refusing to run: %s", e)
+            self._stop.set()
+            raise
         finally:
             # stopping: hand over while the lease is still renewed
             self._hand_over_everything("stopping" if self._stop.is_set() else "lease over")
