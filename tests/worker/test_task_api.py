@@ -102,6 +102,9 @@ def test_a_batch_runs_where_read_only_when_a_shuffle_would_not_run_more_at_once(
     assert placed_by_reads(readers=2, tasks_with_rows=2, cores=8)  # one task per read
     assert not placed_by_reads(readers=2, tasks_with_rows=8, cores=8)  # 8 could run at once
     assert not placed_by_reads(readers=0, tasks_with_rows=1, cores=1)  # reads not known
+    # a task with rows of two Kafka partitions (two topics' partition 0): two readers
+    # may each have some, and the task would run twice at once
+    assert not placed_by_reads(readers=2, tasks_with_rows=2, cores=2, partitions_per_task=2)
 
 
 def test_the_query_filter_keeps_each_bucket_from_its_own_start(spark: SparkSession) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -267,9 +268,10 @@ class BatchRunner:
         tasks = tuple(sorted({s.task for s in plan.starts}))
         # a Kafka partition's rows are read by one Spark task: when the reading tasks
         # are as many as the tasks with rows could use, they run where they were read
-        with_rows = {s.task for s in plan.starts if (s.topic, s.partition) in ends}
+        with_rows = Counter(s.task for s in plan.starts if (s.topic, s.partition) in ends)
         placed = placed_by_reads(readers, len(with_rows),
-                                 self._spark.sparkContext.defaultParallelism)
+                                 self._spark.sparkContext.defaultParallelism,
+                                 max(with_rows.values(), default=0))
         self._process(mine, BatchContext(
             self._pid(), plan.version, batch_id, self._spark, tasks,
             str(states.state_dir) if states else None, checkpoint_id, placed))

@@ -62,11 +62,16 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
 PARTITIONS_PER_CORE = 2
 
 
-def placed_by_reads(readers: int, tasks_with_rows: int, cores: int) -> bool:
+def placed_by_reads(readers: int, tasks_with_rows: int, cores: int,
+                    partitions_per_task: int = 1) -> bool:
     """Whether a batch read by ``readers`` Spark tasks (each Kafka partition's records
     in one of them) runs its tasks where they were read: the shuffle onto task
-    partitions could not run more of them at once."""
-    return readers > 0 and readers >= min(tasks_with_rows, max(1, cores))
+    partitions could not run more of them at once, and no task has rows of two Kafka
+    partitions (``partitions_per_task``: the most any has; GroupByPartition over two
+    topics), which two readers may read: the task would run twice at once, two calls
+    on one state store."""
+    return (partitions_per_task <= 1 and readers > 0
+            and readers >= min(tasks_with_rows, max(1, cores)))
 
 
 def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
