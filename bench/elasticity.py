@@ -8,6 +8,8 @@ external call), on a topic of 2 partitions, one worker with local[8].
   without ``minPartitions=8``, and the per-key order violations the split produces.
 
 Run: python -m bench.elasticity [--records 16000] [--keys 10000] [--factors 1 2 4 8]
+     [--worker-args '--target-batch-ms 5000'] [--checkout OLD_CHECKOUT] [--no-plain]
+(each run also prints the steady rate: records/s over the second half of the records)
 Targets (issue #6): factor 4 >= 3.5x factor 1; Coxswain at factor 1 within 10% of plain
 Spark; zero order violations for Coxswain.
 """
@@ -93,11 +95,21 @@ def read_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 600
     return out
 
 
+def steady_rate(out: list[tuple[int, dict[str, Any]]]) -> float:
+    """Records/s over the second half of the records (by the end of their work): a
+    runtime that ramps its batch size up is past its ramp there."""
+    ends = sorted(float(r["t"]) for _, r in out)
+    half = len(ends) // 2
+    return (len(ends) - half) / max(0.001, ends[-1] - ends[half])
+
+
 def rate_and_violations(out: list[tuple[int, dict[str, Any]]]) -> tuple[float, int]:
     """Records/s from the first record's start of work to the last one's end; order
     violations: per key, a record processed (by its end time) before a lower sequence."""
     start = min(r["t0"] for _, r in out)
     seconds = max(0.001, max(r["t"] for _, r in out) - start)
+    print(f"    steady (the second half of the records): {steady_rate(out):,.0f} records/s",
+          flush=True)
     spans: dict[str, list[float]] = defaultdict(list)
     for _, r in out:
         spans[r.get("task", "")].append(r["t0"])
@@ -120,7 +132,7 @@ def topics(kafka: LocalKafka, *specs: tuple[str, int]) -> None:
 
 
 def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path,
-             worker_args: list[str]) -> tuple[float, int]:
+             worker_args: list[str], checkout: Path | None = None) -> tuple[float, int]:
     out_topic = f"out-{uuid.uuid4().hex[:8]}"
     topics(kafka, (out_topic, 1))
     data = tmp / f"f{factor}"
@@ -128,13 +140,16 @@ def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path,
     server = Server(data, ["--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{source}",
                            "--elasticity-factor", str(factor), "--debounce-ms", "100",
                            "--log-level", "WARNING"]).start()
+    # the worker of another checkout (with its own .venv): an older runtime's
+    python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     worker = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
+        [python, "-m", "service.cli", "worker", "--coordinator", server.url,
          "--api", "task", "--app", "bench.elasticity:slow_task", "--output-topic", out_topic,
          "--kafka-bootstrap", kafka.bootstrap, "--spark-master", "local[8]",
          "--processor-id", "w0", "--log-level", "WARNING", *worker_args],
         stdout=(data / "worker.log").open("wb"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+        start_new_session=True, cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)} if checkout else None)
     try:
         return rate_and_violations(read_output(kafka, out_topic, n))
     finally:
@@ -179,6 +194,9 @@ def main() -> None:
     parser.add_argument("--worker-args", default="",
                         help="more arguments for `coxswain worker`, e.g. "
                              "'--target-batch-ms 5000' (one string)")
+    parser.add_argument("--checkout", type=Path, default=None,
+                        help="run the worker of this checkout (its .venv), e.g. an older "
+                             "runtime's, against this one's services and measures")
     args = parser.parse_args()
     kafka = LocalKafka.create().start()
     rows = []
@@ -189,7 +207,7 @@ def main() -> None:
             produce(kafka, source, args.records, args.keys)
             for factor in args.factors:
                 rate, bad = coxswain(kafka, source, factor, args.records, Path(tmp),
-                                     shlex.split(args.worker_args))
+                                     shlex.split(args.worker_args), args.checkout)
                 rows.append((f"Coxswain F={factor}", rate, bad))
                 print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",
                       flush=True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -102,6 +103,7 @@ class Rig:
     kafka: LocalKafka
     tree: Path  # the checkout whose runtime the workers run
     stateful: bool = False  # the workers keep state (a blob store in a folder)
+    extra: tuple[str, ...] = ()  # more worker arguments (the last of an option wins)
     server: Server | None = None
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -117,7 +119,7 @@ class Rig:
              "--coordinator", self.server.url, "--app", app, "--api", "task",
              "--output-topic", output, "--kafka-bootstrap", self.kafka.bootstrap,
              "--processor-id", pid, "--location", f"host-{pid}", "--spark-master",
-             "local[1]", "--max-offsets-per-trigger", str(limit), *extra],
+             "local[1]", "--max-offsets-per-trigger", str(limit), *extra, *self.extra],
             cwd=self.tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **CREDENTIALS, "PYTHONPATH": str(self.tree)})
 
@@ -244,12 +246,13 @@ def count_errors(out: Output) -> int:
 
 
 def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bool,
-             window_s: float, stateful: bool = False) -> dict[str, float]:
+             window_s: float, stateful: bool = False, extra: tuple[str, ...] = ()
+             ) -> dict[str, float]:
     topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
     create_topics(kafka.bootstrap, [(topic, 4), (output, 1)])
     work = root / f"{tree.name}-{kind}-{uuid.uuid4().hex[:4]}"
     work.mkdir(parents=True)
-    rig = Rig(work, kafka, tree, stateful)
+    rig = Rig(work, kafka, tree, stateful, extra)
     stop = threading.Event()
     sent = [0]
     out = Output(kafka.bootstrap, output).start()
@@ -335,8 +338,8 @@ def kinesis_split(tree: Path, kafka: LocalKafka, kinesis: LocalKinesis, root: Pa
         rig.close()
 
 
-def throughput(tree: Path, kafka: LocalKafka, root: Path, app: str, factor: int
-               ) -> float:
+def throughput(tree: Path, kafka: LocalKafka, root: Path, app: str, factor: int,
+               extra: tuple[str, ...] = ()) -> float:
     """Records/s of one worker (``local[1]``) draining a backlog, Spark start excluded."""
     topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
     # a batch's cap above what a trigger interval takes (no cap on the rate measured)
@@ -345,7 +348,7 @@ def throughput(tree: Path, kafka: LocalKafka, root: Path, app: str, factor: int
     produce(kafka, topic, n)
     work = root / f"{tree.name}-rate-{uuid.uuid4().hex[:4]}"
     work.mkdir(parents=True)
-    rig = Rig(work, kafka, tree)
+    rig = Rig(work, kafka, tree, extra=extra)
     out = Output(kafka.bootstrap, output).start()
     try:
         rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
@@ -378,9 +381,15 @@ def main() -> None:
     p.add_argument("--stateful", action="store_true",
                    help="the changes with a counting app keeping state (a blob store in "
                         "a folder) instead of the stateless one")
+    p.add_argument("--new-args", default="",
+                   help="more worker arguments for the new runtime only, one string (e.g. "
+                        "'--max-offsets-per-trigger 100000 --target-batch-ms 4000')")
     args = p.parse_args()
     only = set(filter(None, args.only.split(",")))
     checkouts = (args.new,) if args.new_only else (args.old, args.new)
+
+    def extra(tree: Path) -> tuple[str, ...]:
+        return tuple(shlex.split(args.new_args)) if tree == args.new else ()
     print(f"load average before: {os.getloadavg()}", flush=True)
     kafka = LocalKafka.create().start()
     kinesis = LocalKinesis.start()
@@ -397,7 +406,7 @@ def main() -> None:
                     for _ in range(runs):
                         try:
                             row = scenario(kind, tree, kafka, root, mode == "saturated",
-                                           args.window_s, args.stateful)
+                                           args.window_s, args.stateful, extra(tree))
                         except Exception as e:  # one failed run: said, and the rest go on
                             print(json.dumps({"change": kind, "mode": mode,
                                               "tree": str(tree), "failed": str(e)}),
@@ -424,7 +433,7 @@ def main() -> None:
         if not only or "throughput" in only:
             for app, factor in (("none", 1), ("slow", 1), ("slow", 4)):
                 for tree in checkouts:
-                    rates = [throughput(tree, kafka, root, app, factor)
+                    rates = [throughput(tree, kafka, root, app, factor, extra(tree))
                              for _ in range(args.runs)]
                     print(json.dumps({"throughput": app, "factor": factor,
                                       "tree": str(tree),

@@ -151,12 +151,16 @@ class QueryPlan:
                     f"{self._offset()} < {self._literal(w.offset)})")
         return sql
 
-    def commit(self, end_offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    def commit(self, end_offsets: Mapping[tuple[str, int], int],
+               left: Mapping[tuple[str, str, int], int] | None = None) -> dict[str, Any]:
         """``checkpoints`` of ``POST /checkpoints``: every SSP(Kb) of a partition the batch
-        read advances to that partition's end (the next offset to read)."""
+        read advances to that partition's end (the next offset to read), or, in a batch
+        cut short (``worker.cuts``), to the first offset its task ``left`` there."""
         out: dict[str, Any] = {}
         for s in self.starts:
             end = end_offsets.get((s.topic, s.partition))
+            if end is not None and left:
+                end = min(end, left.get((s.task, s.topic, s.partition), end))
             if end is None or end <= s.start:
                 continue  # not read, or read again below where this key space was
             ssp: dict[str, Any] = {"system": self.system, "stream": s.topic,

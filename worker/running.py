@@ -164,18 +164,46 @@ def for_batch(plan: QueryPlan, generations: Mapping[tuple[str, int], int], done:
     return replace(plan, starts=tuple(starts))
 
 
-def advanced(done: Done, plan: QueryPlan, ends: Mapping[tuple[str, int], int]
-             ) -> dict[tuple[str, str, int], int]:
+def advanced(done: Done, plan: QueryPlan, ends: Mapping[tuple[str, int], int],
+             left: Done | None = None) -> dict[tuple[str, str, int], int]:
     """``done`` after a batch that ran ``plan`` (its :func:`for_batch` plan) and read
-    each partition to ``ends``: never backwards (a task ahead of a partition read again
-    stays where it was)."""
+    each partition to ``ends`` (or, cut short, left a task's records from ``left`` on):
+    never backwards (a task ahead of a partition read again stays where it was)."""
     out = dict(done)
     for s in plan.starts:
         end = ends.get((s.topic, s.partition))
+        if end is not None and left:
+            end = min(end, left.get((s.task, s.topic, s.partition), end))
         if end is not None:
             key = (s.task, s.topic, s.partition)
             out[key] = max(out.get(key, end), end)
     return out
+
+
+def rewound(running: Running, done: Done, ends: Mapping[tuple[str, int], int]
+            ) -> Running:
+    """``running`` after a batch cut short (``worker.cuts``): a partition the batch read
+    to its end in ``ends`` but one of its running tasks did not finish (``done``: where
+    each got to) is read again from the furthest-behind task's point, at a new
+    generation; every task goes on from its own point (:func:`for_batch`)."""
+    behind: dict[tuple[str, int], int] = {}
+    for s in running.plan.starts:
+        key = (s.topic, s.partition)
+        got = done.get((s.task, s.topic, s.partition))
+        if key in ends and got is not None and got < ends[key]:
+            behind[key] = min(behind.get(key, got), got)
+    if not behind:
+        return running
+    partitions = dict(running.source.partitions)
+    generation = running.next_generation
+    for (topic, p), start in sorted(behind.items()):
+        name = _key(running.plan, topic, p)
+        if name in partitions:
+            partitions[name] = replace(partitions[name], start=str(start),
+                                       generation=generation)
+            generation += 1
+    return replace(running, source=SourcePlan(running.source.version + 1, partitions),
+                   next_generation=generation)
 
 
 def only(plan: QueryPlan, tasks: Iterable[str]) -> QueryPlan:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.plan import EARLIEST, QueryPlan, SspStart
-from worker.running import Running, add, advanced, for_batch, nothing, remove
+from worker.running import Running, add, advanced, for_batch, nothing, remove, rewound
 from worker.source_plan import partition_key
 
 TOPIC = "orders"
@@ -66,27 +66,36 @@ class World:
         self.positions = known
         self.planned = Batch(ranges)
 
-    def run_batch(self) -> None:
-        """The batch callback: the current running tasks, by for_batch."""
+    def run_batch(self, cut: tuple[int, ...] = ()) -> None:
+        """The batch callback: the current running tasks, by for_batch. ``cut``: the
+        batch is cut short (``worker.cuts``), task ``i`` processing only the first
+        ``cut[i % len(cut)]`` of its records and reporting the first offset it left."""
         batch, self.planned = self.planned, None
         if batch is None:
             return
         gens = {(TOPIC, p): g for p, (a, b, g) in batch.ranges.items() if b > a}
         plan = for_batch(self.running.plan, gens, self.done)
         ends = {(TOPIC, p): b for p, (a, b, g) in batch.ranges.items() if b > a}
-        for s in plan.starts:
+        left: dict[tuple[str, str, int], int] = {}
+        for i, s in enumerate(plan.starts):
             a, b, _ = batch.ranges[s.partition]
             first = max(a, 0 if s.start == EARLIEST else s.start)
-            for o in range(first, b):
-                if bucket(s.partition, o) == s.key_bucket:
-                    self.processed[(s.partition, o)] += 1
-        for cp in plan.commit(ends).values():  # the commit (synchronous here)
+            mine = [o for o in range(first, b) if bucket(s.partition, o) == s.key_bucket]
+            if cut and cut[i % len(cut)] < len(mine):
+                mine, rest = mine[:cut[i % len(cut)]], mine[cut[i % len(cut)]:]
+                left[(s.task, s.topic, s.partition)] = rest[0]
+            for o in mine:
+                self.processed[(s.partition, o)] += 1
+        for cp in plan.commit(ends, left).values():  # the commit (synchronous here)
             for o in cp["inputOffsets"]:
                 key = (int(o["ssp"]["partition"]), int(o["ssp"]["keyBucket"]))
-                self.committed[key] = max(self.committed.get(key, 0), int(o["offset"]))
-        self.done = advanced(self.done, plan, ends)
+                assert int(o["offset"]) >= self.committed.get(key, 0)  # never backwards
+                self.committed[key] = int(o["offset"])
+        self.done = advanced(self.done, plan, ends, left)
         for part, end in ends.items():
             self.read[part] = max(self.read.get(part, 0), end)
+        if left:  # as the batch ends: its partitions read again from the tasks' points
+            self.running = rewound(self.running, self.done, ends)
 
     def add(self, tasks: list[tuple[int, int]]) -> None:
         new = sorted({(p, b) for p, b in tasks if task(p, b) not in self.running.tasks})
@@ -118,6 +127,7 @@ space = st.tuples(st.integers(0, PARTITIONS - 1), st.integers(0, FACTOR - 1))
 ops = st.lists(st.one_of(
     st.tuples(st.just("plan"), st.integers(1, 9)),
     st.tuples(st.just("run")),
+    st.tuples(st.just("cut"), st.lists(st.integers(0, 4), min_size=1, max_size=5)),
     st.tuples(st.just("add"), st.lists(space, min_size=1, max_size=4)),
     st.tuples(st.just("remove"), st.lists(space, min_size=1, max_size=4)),
 ), max_size=60)
@@ -125,7 +135,7 @@ ops = st.lists(st.one_of(
 
 @settings(max_examples=400, deadline=None)
 @given(ops)
-def test_every_record_is_processed_once_by_its_owner_through_any_handover(
+def test_every_record_is_processed_once_by_its_owner_through_any_handover_and_cut(
         steps: list[tuple[object, ...]]) -> None:
     w = World()
     for step in steps:
@@ -133,6 +143,8 @@ def test_every_record_is_processed_once_by_its_owner_through_any_handover(
             w.plan_batch(int(step[1]))  # type: ignore[call-overload]
         elif step[0] == "run":
             w.run_batch()
+        elif step[0] == "cut":
+            w.run_batch(tuple(step[1]))  # type: ignore[arg-type]
         elif step[0] == "add":
             w.add(list(step[1]))  # type: ignore[call-overload]
         else:
@@ -164,3 +176,20 @@ def test_a_task_added_behind_the_partitions_position_reads_it_again_alone() -> N
     assert w.processed == Counter({(0, o): 1 for o in range(24)
                                    if bucket(0, o) == 0 or o >= 4})
     assert w.committed == {(0, 0): 24, (0, 1): 24}
+
+
+def test_a_cut_batch_commits_each_task_where_it_stopped_and_reads_it_again_from_there(
+) -> None:
+    w = World()
+    w.add([(0, 0), (0, 1)])
+    w.plan_batch(20)
+    w.run_batch(cut=(3, 10))  # bucket 0 stops after 3 of its records, bucket 1 finishes
+    zero = [o for o in range(20) if bucket(0, o) == 0]
+    assert w.committed == {(0, 0): zero[3], (0, 1): 20}
+    source = w.running.source.partitions[partition_key(TOPIC, 0)]
+    assert source.start == str(zero[3]) and source.generation == 2
+    w.plan_batch(20)  # from zero[3] again: bucket 1 skips what it did
+    assert w.planned is not None and w.planned.ranges[0][0] == zero[3]
+    w.run_batch()
+    assert w.processed == Counter({(0, o): 1 for o in range(zero[3] + 20)})
+    assert w.committed == {(0, 0): zero[3] + 20, (0, 1): zero[3] + 20}

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,9 +28,19 @@ from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
+from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, signal_path
 from worker.kafka_source import readers_of
 from worker.plan import QueryPlan, sql_string
-from worker.running import Running, add, advanced, for_batch, nothing, remove, retag
+from worker.running import (
+    Running,
+    add,
+    advanced,
+    for_batch,
+    nothing,
+    remove,
+    retag,
+    rewound,
+)
 from worker.runtime.boundary import BatchBoundary
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.task_api import placed_by_reads
@@ -38,8 +49,10 @@ from worker.state.tasks import TaskStates, new_checkpoint_id
 
 log = logging.getLogger("coxswain.worker")
 
-#: the first batch running gained tasks reads the steered limit over this (Kafka)
-FIRST_BATCH_DIVISOR = 2
+#: the first batch running gained tasks reads at most this share of the steered limit
+#: (Kafka), and at most :data:`FIRST_BATCH_S` of it: their first output comes at its end
+FIRST_BATCH_SHARE = 0.5
+FIRST_BATCH_S = 0.5
 
 #: (topic, partition) -> a number per partition of a batch (its end, or the source
 #: generation it read at)
@@ -54,7 +67,8 @@ class BatchRunner:
                  trigger_interval_s: float, processor_id: Callable[[], str],
                  publish: Callable[[Running], None], size: BatchSize | None = None,
                  batch_offsets: Callable[[int], dict[str, Any] | None] = lambda _: None,
-                 set_limit: Callable[[int | None], None] = lambda _: None) -> None:
+                 set_limit: Callable[[int | None], None] = lambda _: None,
+                 cut_folder: Path | None = None) -> None:
         self._spark = spark
         self._process = process
         self._client = client
@@ -83,6 +97,13 @@ class BatchRunner:
         self._issued: int | None = None  # the limit the source reads under
         if size is not None:
             self._issue(size.limit)
+        # a change of the running tasks cuts the Kafka batch in flight short
+        # (``worker.cuts``): the signal's folder, the batch to cut, the reports
+        self._cut_folder = cut_folder
+        self._cuttable: int | None = None
+        self._cut_lock = threading.Lock()
+        self._reports: Any = None  # the accumulator, made with the first cuttable batch
+        self.cuts = 0  # batches cut short so far
 
     # -- the running tasks (each change applied at the batch boundary)
 
@@ -96,6 +117,7 @@ class BatchRunner:
             self._done = {k: v for k, v in self._done.items() if k[0] not in gone}
             return self.running
 
+        self._cut()
         found: Running = self.boundary.change(change)
         return found
 
@@ -109,11 +131,24 @@ class BatchRunner:
                 # the gained tasks' first output comes at the end of the first batch
                 # that runs them: half a batch gets it there sooner (the next one is
                 # steered as before)
-                self._issue(max(1, self._size.limit // FIRST_BATCH_DIVISOR))
+                share = min(FIRST_BATCH_SHARE, FIRST_BATCH_S / self._size.steering_s)
+                self._issue(max(1, int(self._size.limit * share)))
             return self.running
 
+        self._cut()
         found: Running = self.boundary.change(change)
         return found
+
+    def _cut(self) -> None:
+        """Cut the batch in flight short, if it can be (its tasks stop before their next
+        piece of rows; what they did is committed)."""
+        with self._cut_lock:
+            if self._cuttable is None or self._cut_folder is None:
+                return
+            try:
+                signal_path(self._cut_folder, self._cuttable).touch()
+            except OSError as e:  # the batch then ends as it would have
+                log.warning("batch %d: not cut (%s)", self._cuttable, e)
 
     def retag(self, version: int) -> None:
         """Commit under ``version`` from now on (a newer model that kept the tasks)."""
@@ -209,6 +244,7 @@ class BatchRunner:
                 "triggerSeconds": self._trigger_s}
             if self._size is not None and plan.system != "kinesis":
                 self.stats["batchLimit"] = self._size.limit
+                self.stats["batchesCut"] = self.cuts
 
     def _ranges(self, batch_id: int) -> tuple[Ends, Ends, int, int] | None:
         """A Kafka batch's ends, generations, records and the Spark tasks reading it,
@@ -272,11 +308,29 @@ class BatchRunner:
         placed = placed_by_reads(readers, len(with_rows),
                                  self._spark.sparkContext.defaultParallelism,
                                  max(with_rows.values(), default=0))
-        self._process(mine, BatchContext(
-            self._pid(), plan.version, batch_id, self._spark, tasks,
-            str(states.state_dir) if states else None, checkpoint_id, placed))
-        self._done = advanced(self._done, plan, ends)
-        checkpoints = plan.commit(ends)
+        cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
+        try:
+            self._process(mine, BatchContext(
+                self._pid(), plan.version, batch_id, self._spark, tasks,
+                str(states.state_dir) if states else None, checkpoint_id, placed, cut))
+        finally:
+            if cut is not None:
+                self._uncut(batch_id)
+        left = of_batch(self._reports.value, batch_id) if cut is not None else {}
+        if left:
+            self._reports.value = {}
+            self.cuts += 1
+            log.info("batch %d: cut short, %d tasks left records for the next batch",
+                     batch_id, len({k[0] for k in left}))
+        self._done = advanced(self._done, plan, ends, left)
+        checkpoints = plan.commit(ends, left)
+        if left:
+            # their partitions are read again from where the tasks got to. Before the
+            # changes this batch applies as it ends (one adding a task behind that
+            # point then reads the partition again from further back), and published
+            # with them
+            self.running = rewound(self.running, self._done, ends)
+            self.boundary.queue(lambda: None)
         for s in plan.starts:
             end = ends.get((s.topic, s.partition))
             if end is not None:
@@ -286,6 +340,24 @@ class BatchRunner:
             self.committer.submit(plan.version, checkpoints, checkpoint_id)
         except (Fenced, LeaseLost) as e:
             self._refused(e)
+
+    def _cut_plan(self, batch_id: int) -> CutPlan | None:
+        """Batch ``batch_id``'s cut plan (None: the worker has no folder for signals)."""
+        if self._cut_folder is None:
+            return None
+        if self._reports is None:
+            self._reports = self._spark.sparkContext.accumulator({}, CutReports())
+        batch_s = self._size.steering_s if self._size is not None else 1.0
+        with self._cut_lock:
+            self._cuttable = batch_id
+        return CutPlan(str(self._cut_folder), batch_id, pieces_for(batch_s), self._reports)
+
+    def _uncut(self, batch_id: int) -> None:
+        """Batch ``batch_id`` is over: nothing cuts it any more."""
+        assert self._cut_folder is not None
+        with self._cut_lock:
+            self._cuttable = None
+            signal_path(self._cut_folder, batch_id).unlink(missing_ok=True)
 
     # -- the backlog, for the autosizer
 

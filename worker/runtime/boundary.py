@@ -69,6 +69,12 @@ class BatchBoundary:
             raise item.error
         return item.result
 
+    def queue(self, apply: Callable[[], Any]) -> None:
+        """Run ``apply`` with the changes the batch in flight applies as it ends (asked by
+        that batch itself, which must not wait for its own end)."""
+        with self._guard:
+            self._pending.append(_Change(apply))
+
     def _apply(self) -> None:
         """Apply the queued changes and publish once (holding ``_lock``)."""
         with self._guard:

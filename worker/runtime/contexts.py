@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from worker.cuts import CutPlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
 
@@ -61,6 +62,9 @@ class BatchContext:
     # each task's rows already sit in one Spark partition, and the partitions are as
     # many as the batch can use (``process_task`` then needs no shuffle)
     tasks_placed: bool = False
+    # ``process_task`` runs each task's rows a piece at a time and stops where the batch
+    # is cut (``worker.cuts``; Kafka input): None runs every task's rows in one call
+    cut: CutPlan | None = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

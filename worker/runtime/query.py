@@ -55,6 +55,14 @@ class SourceQuery:
         self._max_records: int | None = None
 
     @property
+    def cut_folder(self) -> Path:
+        """Where the driver signals its executors to cut a batch short (``worker.cuts``;
+        a ``local[N]`` worker's executors share its disk)."""
+        folder = self._root / "cuts"
+        folder.mkdir(exist_ok=True)
+        return folder
+
+    @property
     def query(self) -> Any:
         """The running StreamingQuery (None before the first tasks)."""
         return self._query

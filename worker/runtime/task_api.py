@@ -1,6 +1,7 @@
-"""The ``process_task`` API: user code called once per virtual task of each batch, with
-that task's rows in offset order, tasks in parallel (SEP-32: parallelism beyond
-partitions, order within a key), and the rows it returns written to Kafka."""
+"""The ``process_task`` API: user code called for each virtual task of each batch, with
+that task's rows in offset order (in pieces when the batch can be cut, ``worker.cuts``),
+tasks in parallel (SEP-32: parallelism beyond partitions, order within a key), and the
+rows it returns written to Kafka."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
+from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
 from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
 from worker.state.store import TaskStore
-from worker.state.tasks import run_with_state
+from worker.state.tasks import run_with_state, task_state
 
 log = logging.getLogger("coxswain.worker")
 
@@ -23,7 +25,7 @@ OUTPUT_SCHEMA = "key binary, value binary"
 
 
 def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) -> ProcessBatch:
-    """``process_batch`` running ``fn`` once per virtual task of each batch, in parallel
+    """``process_batch`` running ``fn`` for each virtual task of each batch, in parallel
     across tasks and with each task's rows in offset order (SEP-32: parallelism beyond
     partitions, order within a key). Rows ``fn`` returns (columns ``key``, ``value``: bytes
     or str) go to ``output_topic``."""
@@ -40,8 +42,9 @@ def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) ->
 
 
 def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
-    """The rows ``fn`` returns (``key``, ``value`` as bytes), ``fn`` called once per virtual
-    task of ``df`` with that task's rows in (partition, offset) order, tasks in parallel.
+    """The rows ``fn`` returns (``key``, ``value`` as bytes), ``fn`` called for each virtual
+    task of ``df`` (once, or once per piece with ``ctx.cut``) with that task's rows in
+    (partition, offset) order, tasks in parallel.
 
     A batch whose tasks' rows already sit one task to a Spark partition, over as many
     partitions as it can use (``ctx.tasks_placed``: a Kafka batch read by a Spark task
@@ -50,7 +53,8 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
     here, a third of a small batch)."""
     placed = df if ctx.tasks_placed else place_tasks(df, ctx)
     return placed.mapInPandas(
-        _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id),
+        _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id,
+                          ctx.cut),
         OUTPUT_SCHEMA)
 
 
@@ -96,6 +100,7 @@ def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
 
 def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                       state_dir: str | None = None, checkpoint_id: str | None = None,
+                      cut: CutPlan | None = None,
                       ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         frames = [b for b in batches if len(b)]
@@ -103,13 +108,16 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
             return
         rows = pd.concat(frames, ignore_index=True)
         order = "offset" if "offset" in rows.columns else "sequenceNumber"
-        for task_name, unordered in rows.groupby("taskName", sort=True):
+        tasks = [(str(name), unordered.sort_values(
             # Kinesis sequence numbers are decimal strings of any length: as numbers
-            task_rows = unordered.sort_values(
-                ["partition", order], kind="stable",
-                key=lambda c: c.str.zfill(128) if c.name == "sequenceNumber" else c)
-            name = str(task_name)
-
+            ["partition", order], kind="stable",
+            key=lambda c: c.str.zfill(128) if c.name == "sequenceNumber" else c))
+            for name, unordered in rows.groupby("taskName", sort=True)]
+        if cut is not None:
+            yield from _pieces(fn, processor_id, version, state_dir, checkpoint_id, cut,
+                               tasks)
+            return
+        for name, task_rows in tasks:
             def call(store: Callable[[], TaskStore], name: str = name,
                      these: pd.DataFrame = task_rows) -> pd.DataFrame | None:
                 return fn(TaskContext(processor_id, version, name, store),
@@ -117,10 +125,47 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
 
             out = run_with_state(state_dir, name, checkpoint_id, call)
             if out is not None and len(out):
-                yield pd.DataFrame({c: [v.encode() if isinstance(v, str) else v
-                                        for v in out[c]] for c in ("key", "value")})
+                yield _encoded(out)
 
     return run
+
+
+def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | None,
+            checkpoint_id: str | None, cut: CutPlan,
+            tasks: list[tuple[str, pd.DataFrame]]) -> Iterator[pd.DataFrame]:
+    """Each task's rows a piece at a time, until the batch is cut (``worker.cuts``): the
+    task in work stops before its next piece, the tasks after it do not start, and each
+    reports the first offset it left. One piece always runs, so a batch cut as it
+    starts still moves on."""
+    worked = False
+    stopped = False
+    for name, task_rows in tasks:
+        if stopped:
+            cut.report(name, _first_offsets(task_rows))
+            continue
+        with task_state(state_dir, name, checkpoint_id) as store:
+            ctx = TaskContext(processor_id, version, name, store)
+            for start, end in piece_bounds(len(task_rows), cut.pieces):
+                if worked and cut.is_cut():
+                    stopped = True
+                    cut.report(name, _first_offsets(task_rows.iloc[start:]))
+                    break
+                out = fn(ctx, task_rows.iloc[start:end].reset_index(drop=True))
+                worked = True
+                if out is not None and len(out):
+                    yield _encoded(out)
+
+
+def _first_offsets(rows: pd.DataFrame) -> dict[tuple[str, int], int]:
+    """Per (topic, partition), the offset of the first of ``rows`` (Kafka)."""
+    firsts = rows.groupby(["topic", "partition"], sort=False)["offset"].min()
+    return {(str(k[0]), int(k[1])): int(o) for k, o in firsts.items()}  # type: ignore[index]
+
+
+def _encoded(out: pd.DataFrame) -> pd.DataFrame:
+    """``process_task``'s rows as the output schema's bytes."""
+    return pd.DataFrame({c: [v.encode() if isinstance(v, str) else v for v in out[c]]
+                         for c in ("key", "value")})
 
 
 def warm_python_workers(spark: SparkSession) -> None:

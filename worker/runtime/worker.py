@@ -52,7 +52,7 @@ class Worker:
             self._over, config.max_commit_delay_s,
             config.trigger_interval_s, lambda: self.processor_id, self._query.apply,
             batch_size.start(config.target_batch_s, config.max_offsets_per_trigger),
-            self._query.batch_offsets, self._query.limit)
+            self._query.batch_offsets, self._query.limit, self._query.cut_folder)
         self._keeper: StateKeeper | None = None
         self._left = False
 

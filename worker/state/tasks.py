@@ -18,8 +18,9 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -405,8 +406,20 @@ def run_with_state(state_dir: str | None, task: str, checkpoint_id: str | None,
     """Run ``body`` with a way to open ``task``'s live store; if it opened it, apply the
     batch's writes and snapshot them under ``checkpoint_id`` afterwards (in the Spark task:
     the commit's sync phase). A failure discards the batch's writes."""
+    with task_state(state_dir, task, checkpoint_id) as store:
+        return body(store)
+
+
+@contextmanager
+def task_state(state_dir: str | None, task: str, checkpoint_id: str | None
+               ) -> Iterator[Callable[[], TaskStore]]:
+    """A way to open ``task``'s live store for a batch's calls of ``process_task`` (one,
+    or one per piece of its rows: they see each other's writes); if it was opened, the
+    writes are applied and snapshotted under ``checkpoint_id`` at the end, and discarded
+    on any failure (or a generator closed before its end)."""
     if state_dir is None or checkpoint_id is None:
-        return body(no_state)
+        yield no_state
+        return
     opened: list[TaskStore] = []
 
     def store() -> TaskStore:
@@ -415,11 +428,10 @@ def run_with_state(state_dir: str | None, task: str, checkpoint_id: str | None,
         return opened[0]
 
     try:
-        result = body(store)
+        yield store
         if opened:
             opened[0].commit()
             opened[0].snapshot(snapshot_dir(Path(state_dir), task, checkpoint_id))
-        return result
     except BaseException:
         if opened:
             opened[0].discard()
