@@ -58,8 +58,10 @@ class BatchSize:
 
 
 def start(target_s: float, ceiling: int | None) -> BatchSize:
-    """The first batch's size: the ceiling, or :data:`FIRST_LIMIT` under none."""
-    first = FIRST_LIMIT if ceiling is None else ceiling
+    """The first batch's size: :data:`FIRST_LIMIT`, or the ceiling when lower (a high
+    ceiling is where the limit may grow to, not where it starts: a first batch of a
+    million records would hold every change up for as long as it runs)."""
+    first = FIRST_LIMIT if ceiling is None else min(ceiling, FIRST_LIMIT)
     return BatchSize(target_s, ceiling, first)
 
 

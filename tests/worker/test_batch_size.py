@@ -19,7 +19,7 @@ ceilings = st.none() | st.integers(1, 100_000)
 def test_the_limit_stays_between_one_record_and_the_ceiling(
         target: float, ceiling: int | None, batches: list[tuple[int, float]]) -> None:
     size = start(target, ceiling)
-    assert size.limit == (FIRST_LIMIT if ceiling is None else ceiling)
+    assert size.limit == (FIRST_LIMIT if ceiling is None else min(ceiling, FIRST_LIMIT))
     for records, seconds in batches:
         size = after_batch(size, records, seconds)
         assert 1 <= size.limit <= (ceiling or FIRST_LIMIT * 2 ** len(batches))

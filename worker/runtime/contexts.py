@@ -41,7 +41,7 @@ class WorkerConfig:
     output_topic: str | None = None  # where process_task's returned rows go
     trigger_interval_s: float = 0.5
     # Kafka: batches with a backlog sized to take about this long (``worker.batch_size``)
-    target_batch_s: float = 1.0
+    target_batch_s: float = 8.0
     checkpoint_root: Path | None = None
     state: StateConfig | None = None  # process_task keeps per-key state (ctx.state)
     kinesis_endpoint: str | None = None  # Kinesis inputs: the API endpoint (default AWS's)
