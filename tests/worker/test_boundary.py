@@ -131,6 +131,27 @@ def test_the_first_batch_running_gained_tasks_reads_half_the_steered_limit() -> 
         runner.committer.close(0.1)
 
 
+def test_a_batch_cut_short_does_not_steer_the_batch_size() -> None:
+    """A batch cut short by a change ended early with fewer records processed than it
+    read: measured, it would look several times as fast as a full one."""
+    issued: list[int | None] = []
+    runner = BatchRunner(cast(Any, None), lambda df, ctx: None, cast(Any, None), None,
+                         threading.Event(), 60.0, 0.5, lambda: "w1",
+                         publish=lambda running: None, size=start(1.0, None),
+                         set_limit=issued.append)
+    try:
+        runner._resize(1000, started=0.0, ended=1.0)
+        runner._resize(1000, started=1.0, ended=2.0)  # (the first is Spark warming up)
+        runner._resize(1000, started=2.0, ended=3.0)  # a full batch took the target
+        runner._resize(0, started=3.0, ended=3.1)  # cut short after 0.1 s
+        runner._resize(1000, started=3.1, ended=3.6)  # (each call measures the one before)
+        assert issued == [1000]  # the cut batch moved nothing
+        runner._resize(1000, started=3.6, ended=4.0)  # a full one twice as fast does
+        assert (issued[-1] or 0) > 1000
+    finally:
+        runner.committer.close(0.1)
+
+
 def test_a_stateful_worker_accepts_only_a_stateful_coordinators_checkpoints() -> None:
     """A stateful coordinator names every task's stateSources (``[]``: no state yet);
     checkpoints without them come from one run without ``--stateful``."""

@@ -224,15 +224,16 @@ class BatchRunner:
                              sorted(waiting & set(gens)), {k: gens[k] for k in waiting & set(gens)})
                 log.debug("batch %d: %d rows, ends %s, generations %s, %d key spaces run",
                           batch_id, read, ends, gens, len(now.starts))
-                if now.starts:
-                    self._run(batch, batch_id, now, ends, readers)
+                cut_short = self._run(batch, batch_id, now, ends, readers) if now.starts \
+                    else False
             finally:
                 if persisted:
                     batch.unpersist()
             ended = time.monotonic()
             took = ended - started
             if plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
-                self._resize(read, started, ended)
+                # a batch cut short says nothing of a full one's duration: not measured
+                self._resize(0 if cut_short else read, started, ended)
             self.busy.record(started, ended)
             self.batches += 1
             self.stats = {
@@ -265,7 +266,8 @@ class BatchRunner:
         return ends, gens, read, readers_of(found)
 
     def _resize(self, records: int, started: float, ended: float) -> None:
-        """Steer the next batches' size on the last batch: its ``foreachBatch`` time plus
+        """Steer the next batches' size on the last batch (``records`` 0: this one is not
+        to be measured, as a batch cut short): its ``foreachBatch`` time plus
         Spark's part of the trigger after it (its logs, the source's planning: the gap to
         this batch's start), when the two ran back to back; a longer gap is the query
         idling (nothing to read, or a handover's wait for its barrier) and counts as
@@ -294,7 +296,8 @@ class BatchRunner:
             self._set_limit(limit)
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
-             ends: dict[tuple[str, int], int], readers: int) -> None:
+             ends: dict[tuple[str, int], int], readers: int) -> bool:
+        """Process and commit the batch for ``plan``; whether it was cut short."""
         states = self._states
         columns = KINESIS_COLUMNS if plan.system == "kinesis" else COLUMNS
         mine = (batch.withColumn("keyBucket", F.expr(plan.bucket_expr()))
@@ -340,6 +343,7 @@ class BatchRunner:
             self.committer.submit(plan.version, checkpoints, checkpoint_id)
         except (Fenced, LeaseLost) as e:
             self._refused(e)
+        return bool(left)
 
     def _cut_plan(self, batch_id: int) -> CutPlan | None:
         """Batch ``batch_id``'s cut plan (None: the worker has no folder for signals)."""
