@@ -55,6 +55,32 @@ def test_a_change_during_a_batch_is_applied_and_published_as_the_batch_ends() ->
     assert results == [7]
 
 
+def test_a_change_says_it_is_queued_before_it_waits_so_no_batch_misses_it() -> None:
+    """The runner cuts the batch in flight once a change is queued, and a batch starting
+    looks for queued changes: whichever comes second sees the other."""
+    boundary = BatchBoundary(lambda: None)
+    seen: list[int] = []
+    in_batch, finish = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with boundary.batch():
+            in_batch.set()
+            finish.wait(10)
+
+    runner = threading.Thread(target=batch)
+    runner.start()
+    in_batch.wait(10)
+    asker = threading.Thread(target=lambda: boundary.change(
+        lambda: None, queued=lambda: seen.append(boundary.waiting)))
+    asker.start()
+    until_waiting(boundary, 1)
+    assert seen == [1]  # queued (and told) while the batch still runs
+    finish.set()
+    runner.join(10)
+    asker.join(10)
+    assert boundary.waiting == 0
+
+
 def test_changes_between_batches_apply_at_once_and_many_publish_once_per_batch() -> None:
     published: list[int] = []
     state = {"n": 0}

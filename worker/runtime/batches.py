@@ -103,6 +103,7 @@ class BatchRunner:
         self._cuttable: int | None = None
         self._cut_lock = threading.Lock()
         self._reports: Any = None  # the accumulator, made with the first cuttable batch
+        self._planned_under: int | None = None  # the batch in flight's source plan version
         self.cuts = 0  # batches cut short so far
 
     # -- the running tasks (each change applied at the batch boundary)
@@ -117,8 +118,7 @@ class BatchRunner:
             self._done = {k: v for k, v in self._done.items() if k[0] not in gone}
             return self.running
 
-        self._cut()
-        found: Running = self.boundary.change(change)
+        found: Running = self.boundary.change(change, queued=self._cut)
         return found
 
     def add(self, new: QueryPlan) -> Running:
@@ -135,8 +135,7 @@ class BatchRunner:
                 self._issue(max(1, int(self._size.limit * share)))
             return self.running
 
-        self._cut()
-        found: Running = self.boundary.change(change)
+        found: Running = self.boundary.change(change, queued=self._cut)
         return found
 
     def _cut(self) -> None:
@@ -252,8 +251,11 @@ class BatchRunner:
         from the source's offsets (``worker.kafka_source``): no Spark job for them (None:
         unreadable)."""
         found = self._batch_offsets(batch_id)
+        self._planned_under = None
         if found is None or not isinstance(found.get("p"), dict):
             return None
+        # the source plan's version the batch was planned under (a change since: cut it)
+        self._planned_under = int(found.get("v") or 0)
         ends: Ends = {}
         gens: Ends = {}
         read = 0
@@ -346,7 +348,10 @@ class BatchRunner:
         return bool(left)
 
     def _cut_plan(self, batch_id: int) -> CutPlan | None:
-        """Batch ``batch_id``'s cut plan (None: the worker has no folder for signals)."""
+        """Batch ``batch_id``'s cut plan (None: the worker has no folder for signals).
+        A batch planned before a change of the running tasks, or starting while one
+        waits for it, is cut as it starts (a change queued before ``_cuttable`` is set
+        finds no batch to cut, so the batch looks for it)."""
         if self._cut_folder is None:
             return None
         if self._reports is None:
@@ -354,6 +359,10 @@ class BatchRunner:
         batch_s = self._size.steering_s if self._size is not None else 1.0
         with self._cut_lock:
             self._cuttable = batch_id
+        stale = (self._planned_under is not None
+                 and self._planned_under < self.running.source.version)
+        if stale or self.boundary.waiting:
+            self._cut()
         return CutPlan(str(self._cut_folder), batch_id, pieces_for(batch_s), self._reports)
 
     def _uncut(self, batch_id: int) -> None:

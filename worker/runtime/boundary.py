@@ -52,12 +52,17 @@ class BatchBoundary:
             finally:
                 self._apply()
 
-    def change(self, apply: Callable[[], Any]) -> Any:
+    def change(self, apply: Callable[[], Any],
+               queued: Callable[[], None] | None = None) -> Any:
         """Run ``apply`` at the next batch boundary (now, between batches) and publish
-        the result; return what ``apply`` returned, or raise what it raised."""
+        the result; return what ``apply`` returned, or raise what it raised. ``queued``
+        runs once the change is queued, before it waits (a batch starting after that
+        sees it in :attr:`waiting`)."""
         item = _Change(apply)
         with self._guard:
             self._pending.append(item)
+        if queued is not None:
+            queued()
         while not item.done.is_set():
             # a batch in flight applies it as it ends; between batches we do
             if self._lock.acquire(timeout=0.05):
