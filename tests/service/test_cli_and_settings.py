@@ -30,8 +30,11 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def test_status_processors_and_scale_print_tables(start_server: StartServer) -> None:
+    # w1 never heartbeats: a lease outliving the CLI calls (each a Python start, seconds
+    # apiece on a loaded machine: a 10 s lease once ran out half way)
     server = start_server("--input", "kafka.orders:4", "--debounce-ms", "50",
-                          "--admin-token", "adm", "--worker-token", "wrk")
+                          "--admin-token", "adm", "--worker-token", "wrk",
+                          "--lease-ttl-ms", "600000")
     with server.client("wrk") as c:
         SimWorker(c, "w1", "host-a").register()
         wait_for_version(c, 0)
@@ -63,7 +66,8 @@ def test_an_open_deployment_removes_a_processor_without_its_lease_token(
     start_server: StartServer,
 ) -> None:
     """No tokens (loopback): every caller may act as an operator, as for /scale."""
-    server = start_server("--input", "kafka.orders:4", "--debounce-ms", "50")
+    server = start_server("--input", "kafka.orders:4", "--debounce-ms", "50",
+                          "--lease-ttl-ms", "600000")  # (w1 never heartbeats)
     with server.client() as c:
         SimWorker(c, "w1", "host-a").register()
         wait_for_version(c, 0)
