@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from worker.batch_size import start
+from worker.batch_size import BatchSize, start
 from worker.plan import QueryPlan, SspStart
 from worker.runtime.batches import BatchRunner
 from worker.runtime.boundary import BatchBoundary
@@ -139,14 +139,19 @@ def test_a_failing_batch_still_applies_the_changes_asked_for_meanwhile() -> None
     assert results == [1]
 
 
+def steered_runner(size: BatchSize, issued: list[int | None]) -> BatchRunner:
+    """A runner without Spark or a coordinator, steering its batch size from ``size``
+    (each limit it hands the source appended to ``issued``)."""
+    return BatchRunner(cast(Any, None), lambda df, ctx: None, cast(Any, None), None,
+                       threading.Event(), 60.0, 0.5, lambda: "w1",
+                       publish=lambda running: None, size=size, set_limit=issued.append)
+
+
 def test_the_first_batch_running_gained_tasks_reads_half_the_steered_limit() -> None:
     """Gained tasks first produce output when the first batch running them ends: that
     batch reads half the steered limit, and the next the steered limit again."""
     issued: list[int | None] = []
-    runner = BatchRunner(cast(Any, None), lambda df, ctx: None, cast(Any, None), None,
-                         threading.Event(), 60.0, 0.5, lambda: "w1",
-                         publish=lambda running: None, size=start(1.0, 400),
-                         set_limit=issued.append)
+    runner = steered_runner(start(1.0, 400), issued)
     try:
         assert issued == [400]
         runner.add(QueryPlan(5, 2, (SspStart("Partition 0_0_2", "orders", 0, 0, 100),), ()))
@@ -161,10 +166,7 @@ def test_a_batch_cut_short_does_not_steer_the_batch_size() -> None:
     """A batch cut short by a change ended early with fewer records processed than it
     read: measured, it would look several times as fast as a full one."""
     issued: list[int | None] = []
-    runner = BatchRunner(cast(Any, None), lambda df, ctx: None, cast(Any, None), None,
-                         threading.Event(), 60.0, 0.5, lambda: "w1",
-                         publish=lambda running: None, size=start(1.0, None),
-                         set_limit=issued.append)
+    runner = steered_runner(start(1.0, None), issued)
     try:
         runner._resize(1000, started=0.0, ended=1.0)
         runner._resize(1000, started=1.0, ended=2.0)  # (the first is Spark warming up)
