@@ -13,6 +13,7 @@ AdminClient answers, and stopped by pid (SIGTERM: a controlled shutdown).
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import signal
 import socket
@@ -25,7 +26,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from common.paths import cache_dir
-from service.local.ports import free_port, stop_process
+from service.local.ports import free_ports, stop_process
 
 KAFKA_VERSION = "3.9.1"
 POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "kafka" / "pom.xml"
@@ -66,6 +67,26 @@ def random_cluster_id() -> str:
             return cluster_id
 
 
+# Kafka's SocketServer: "Socket server failed to bind to 127.0.0.1:9092: Address already..."
+_BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+)")
+
+
+class _BindFailed(Exception):
+    """The broker exited because ``port`` was taken."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.port = port
+
+
+def exit_reason(log: str, errors: int = 5, tail: int = 1500) -> str:
+    """Why a broker exited, from its log: its first ERROR/FATAL lines (the cause; the tail
+    alone shows only the shutdown that follows it) and then the tail."""
+    first = [line for line in log.splitlines() if " ERROR " in line or " FATAL " in line]
+    cause = "\n".join(first[:errors]) or "(no ERROR line)"
+    return f"{cause}\n...\n{log[-tail:]}"
+
+
 @dataclass
 class LocalKafka:
     """One KRaft broker+controller on loopback, with its data in ``data_dir``."""
@@ -73,7 +94,9 @@ class LocalKafka:
     data_dir: Path
     port: int
     controller_port: int
+    port_given: bool = False  # the caller's port: never replaced by another
     proc: subprocess.Popen[bytes] | None = None
+    log_start: int = 0  # where this start's lines begin in server.log (it appends)
 
     @property
     def bootstrap(self) -> str:
@@ -86,16 +109,25 @@ class LocalKafka:
         libs = fetch_jars()
         root = data_dir or cache_dir() / "kafka" / "brokers" / uuid.uuid4().hex[:8]
         root.mkdir(parents=True, exist_ok=True)
-        kafka = LocalKafka(root, port or free_port(), free_port())
+        broker_port, *others = [p for p in free_ports(3) if p != port]
+        kafka = LocalKafka(root, port or broker_port, others[0], port_given=port is not None)
+        kafka._write_properties()
+        if not (root / "logs" / "meta.properties").exists():
+            kafka._java("kafka.tools.StorageTool", "format", f"--cluster-id={random_cluster_id()}",
+                        "-c", str(root / "server.properties"), "--ignore-formatted", libs=libs)
+        return kafka
+
+    def _write_properties(self) -> None:
+        root = self.data_dir
         (root / "server.properties").write_text("\n".join([
             "process.roles=broker,controller",
             "node.id=1",
-            f"listeners=PLAINTEXT://127.0.0.1:{kafka.port},"
-            f"CONTROLLER://127.0.0.1:{kafka.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{kafka.port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names=CONTROLLER",
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"controller.quorum.voters=1@127.0.0.1:{kafka.controller_port}",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
             f"log.dirs={root / 'logs'}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -109,10 +141,6 @@ class LocalKafka:
             "log.cleaner.backoff.ms=500",
             "",
         ]))
-        if not (root / "logs" / "meta.properties").exists():
-            kafka._java("kafka.tools.StorageTool", "format", f"--cluster-id={random_cluster_id()}",
-                        "-c", str(root / "server.properties"), "--ignore-formatted", libs=libs)
-        return kafka
 
     def _java(self, main: str, *args: str, libs: Path) -> str:
         result = subprocess.run(
@@ -129,11 +157,34 @@ class LocalKafka:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout_s: float = 60.0) -> LocalKafka:
-        """Start the broker and wait until it serves metadata."""
+        """Start the broker and wait until it serves metadata.
+
+        A port this broker picked itself that another process took before the broker
+        bound it (between :func:`free_ports` and the bind) is picked again, twice at most.
+        """
         if self.running:
             return self
+        for attempt in range(3):
+            self._launch()
+            try:
+                self._wait(timeout_s)
+                return self
+            except _BindFailed as failed:
+                ours = {self.controller_port} | (set() if self.port_given else {self.port})
+                if failed.port not in ours or attempt == 2:
+                    raise RuntimeError(f"Kafka broker could not bind 127.0.0.1:{failed.port}: "
+                                       "another process listens there") from None
+                picked = iter(p for p in free_ports(3) if p != self.port)
+                self.controller_port = next(picked)
+                if not self.port_given:
+                    self.port = next(picked)
+                self._write_properties()
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> None:
         libs = fetch_jars()
         log = (self.data_dir / "server.log").open("ab")
+        self.log_start = log.tell()
         self.proc = subprocess.Popen(
             ["java", "-Xmx512m", "-Xms256m", "-XX:+UseSerialGC",
              f"-Dkafka.logs.dir={self.data_dir}", "-cp", f"{libs}/*", "kafka.Kafka",
@@ -141,15 +192,19 @@ class LocalKafka:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         (self.data_dir / "broker.pid").write_text(f"{self.proc.pid}\n")
-        self._wait(timeout_s)
-        return self
 
     def _wait(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc is not None and self.proc.poll() is not None:
-                tail = (self.data_dir / "server.log").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"Kafka broker exited:\n{tail}")
+                with (self.data_dir / "server.log").open("rb") as f:
+                    f.seek(self.log_start)
+                    log = f.read().decode(errors="replace")
+                self.proc = None
+                bind = _BIND_FAILED.search(log)
+                if bind:
+                    raise _BindFailed(int(bind.group(1)))
+                raise RuntimeError(f"Kafka broker exited:\n{exit_reason(log)}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"Kafka broker did not answer in {timeout_s}s")

@@ -14,9 +14,25 @@ import httpx
 
 def free_port() -> int:
     """A TCP port nobody listens on right now (on 127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nobody listens on right now (on 127.0.0.1).
+
+    All are held bound until the last is picked: a port closed at once can come back from
+    the kernel's very next pick, and two servers given the same port fail at start.
+    """
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def wait_until_answering(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:

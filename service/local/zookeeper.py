@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.paths import cache_dir
-from service.local.ports import free_port, stop_process
+from service.local.ports import free_ports, stop_process
 
 JARS = Path("/usr/share/java")
 HOW_TO_INSTALL = ("ZooKeeper not found at /usr/share/java/zookeeper.jar: run ./deploy/test.sh "
@@ -98,8 +98,10 @@ class ZooKeeperEnsemble:
             data_dir = root / f"member-{sid}"
             data_dir.mkdir(parents=True)
             (data_dir / "myid").write_text(f"{sid}\n")
-            port = client_port if client_port and sid == 1 else free_port()
-            ensemble.members.append(Member(sid, port, free_port(), free_port(), data_dir))
+            port, peer_port, election_port = free_ports(3)
+            if client_port and sid == 1:
+                port = client_port
+            ensemble.members.append(Member(sid, port, peer_port, election_port, data_dir))
         for m in ensemble.members:
             ensemble._write_config(m)
         for m in ensemble.members:

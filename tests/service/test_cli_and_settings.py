@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from coordinator.barrier import Barrier, BarrierState
-from service.local.ports import free_port
+from service.local.ports import free_ports
 from service.logs import JsonFormatter
 from service.settings import Settings, SettingsError, parse_input
 from tests.service.conftest import StartServer
@@ -177,7 +177,7 @@ def _assert_closed(*ports: int) -> None:
 
 
 def test_dev_up_starts_zookeeper_and_kafka_and_stops_them(tmp_path: Path) -> None:
-    zk_port, kafka_port = free_port(), free_port()
+    zk_port, kafka_port = free_ports(2)
     proc = _dev_up(zk_port, kafka_port)
     try:
         banner = _banner(proc)
@@ -226,7 +226,7 @@ def _try_what_it_suggests(banner: str, tmp_path: Path) -> None:
 
 
 def test_dev_up_stopped_while_starting_stops_what_it_started() -> None:
-    zk_port, kafka_port = free_port(), free_port()
+    zk_port, kafka_port = free_ports(2)
     proc = _dev_up(zk_port, kafka_port)
     try:
         assert proc.stdout is not None
@@ -252,7 +252,7 @@ def test_dev_up_kinesis_serves_a_stream_its_producer_fills(tmp_path: Path) -> No
     """``dev up --kinesis``: kinesalite with a stream ``orders``; the ``dev produce``
     command it prints writes into it, and the coordinator it suggests lists its shards;
     everything stops on SIGTERM."""
-    zk_port, kafka_port, kinesis_port = free_port(), free_port(), free_port()
+    zk_port, kafka_port, kinesis_port = free_ports(3)
     proc = _dev_up(zk_port, kafka_port, "--kinesis", "--kinesis-port", str(kinesis_port),
                    "--kinesis-shards", "3")
     try:
