@@ -79,7 +79,10 @@ def add(running: Running, new: QueryPlan, read: Mapping[tuple[str, int], int],
     """``running`` with the tasks of ``new`` (a plan of those tasks only, from their
     resolved checkpoints) added; ``read``: per partition, where this worker's processed
     batches got to (the end of the last one with its records); ``done``: where each
-    running task got to. Commits from now on are tagged ``new.version``."""
+    running task got to. Commits from now on are tagged ``new.version``, or the running
+    tasks' newer one: restores end in any order, and a plan of an older version whose
+    tasks are still this processor's must not tag the tasks a newer version gave it with
+    a version they were not its in (the coordinator would fence that commit)."""
     partitions = dict(running.source.partitions)
     generation = running.next_generation
     starts = list(running.plan.starts)
@@ -104,7 +107,8 @@ def add(running: Running, new: QueryPlan, read: Mapping[tuple[str, int], int],
         by_shard = {p: e for (_, p), e in endings.items()}
         partitions = {k: replace(v, ending=by_shard.get(int(k), v.ending))
                       for k, v in partitions.items()}
-    plan = replace(running.plan, version=new.version, factor=new.factor,
+    plan = replace(running.plan, version=max(new.version, running.plan.version),
+                   factor=new.factor,
                    system=new.system, starts=tuple(starts),
                    skips=(*running.plan.skips, *new.skips),
                    endings=tuple(sorted((t, p, e) for (t, p), e in endings.items())))

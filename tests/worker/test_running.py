@@ -193,3 +193,15 @@ def test_a_cut_batch_commits_each_task_where_it_stopped_and_reads_it_again_from_
     w.run_batch()
     assert w.processed == Counter({(0, o): 1 for o in range(zero[3] + 20)})
     assert w.committed == {(0, 0): zero[3] + 20, (0, 1): zero[3] + 20}
+
+
+def test_a_plan_of_an_older_version_never_tags_the_running_tasks_back() -> None:
+    """Restores end in any order: a version 3 plan added after version 5's keeps every
+    commit under version 5 (the tasks version 5 gave were not this processor's in 3)."""
+    def starts(p: int) -> tuple[SspStart, ...]:
+        return (SspStart(task(p, 0), TOPIC, p, 0, EARLIEST),)
+
+    running = add(nothing(), QueryPlan(5, FACTOR, starts(0)), {}, {})
+    running = add(running, QueryPlan(3, FACTOR, starts(1)), {}, {})
+    assert running.plan.version == 5
+    assert {s.task for s in running.plan.starts} == {task(0, 0), task(1, 0)}

@@ -32,6 +32,9 @@ from worker.state.tasks import TaskStates
 log = logging.getLogger("coxswain.worker")
 
 WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
+# Restores of different versions' gained tasks run side by side: a survivor restoring
+# 100 MB must not make the tasks it gains from a killed worker wait for that restore.
+RESTORE_THREADS = 4
 
 
 class NotAStatefulJob(Exception):
@@ -77,7 +80,7 @@ class Handover:
         self._waiting: set[str] = set()
         self._finished: set[str] = set()  # every key space read to its end already
         self._checked = 0.0  # when the waiting tasks were last asked about
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="restore")
+        self._pool = ThreadPoolExecutor(RESTORE_THREADS, thread_name_prefix="restore")
         self._restore_failures = 0
         self._retry_at = 0.0  # after a failed restore: plan again from then
 

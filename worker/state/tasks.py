@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import threading
@@ -37,6 +38,7 @@ from worker.state.backup import (
 from worker.state.blobs import BlobStore, BlobStoreOptions, open_blob_store
 from worker.state.compose import compose, is_own_whole
 from worker.state.gc import BlobCollector, GcPlan
+from worker.state.locks import TaskFolderLocks
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
 from worker.state.snapshot import (
     Digests,
@@ -98,9 +100,13 @@ class TaskStates:
         self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
         self._uploaded: dict[str, SnapshotIndex] = {}  # task -> its newest unacknowledged
         self._lock = threading.Lock()
-        # restores and standby refreshes both build task folders (and a composition
-        # reads source tasks' folders that a restore then deletes): one at a time
-        self._build_lock = threading.RLock()
+        # restores and standby refreshes build task folders (and a composition reads its
+        # source tasks' folders, which a restore then deletes): one build per folder at a
+        # time, different tasks side by side (a 100 MB restore must not hold up a small
+        # one, say the tasks a survivor gains from a killed worker)
+        self._folders = TaskFolderLocks()
+        self._builds = itertools.count()
+        self._built: dict[str, int] = {}  # task -> when its live store was last restored
         self._composed: dict[str, tuple[tuple[str, str], ...]] = {}  # standby -> sources
         self.restores: dict[str, dict[str, Any]] = {}  # task -> figures of its last restore
 
@@ -117,17 +123,23 @@ class TaskStates:
         key); a task without any starts empty. Source tasks' local copies are deleted
         afterwards unless in ``checkpoints`` or ``keep`` (this processor's tasks)."""
         sources_used: set[str] = set()
-        with self._build_lock:
-            for task, checkpoint in sorted(checkpoints.items()):
-                marker, parts = _plan(task, checkpoint)
+        started = next(self._builds)
+        for task, checkpoint in sorted(checkpoints.items()):
+            marker, parts = _plan(task, checkpoint)
+            sources = {str(p.get("taskName")) for p in parts}
+            with self._folders.hold({task} | sources):
                 if parts:
-                    sources_used.update(str(p.get("taskName")) for p in parts)
+                    sources_used |= sources
                     self._restore_composed(task, checkpoint, parts)
                 else:
                     self._restore_own(task, marker)
-            # the source tasks' copies served their purpose (older factors' tasks)
-            for name in sources_used - set(checkpoints) - set(keep):
-                shutil.rmtree(task_dir(self.state_dir, name), ignore_errors=True)
+                self._built[task] = next(self._builds)
+        # the source tasks' copies served their purpose (older factors' tasks), unless a
+        # restore beside this one made one of them a task of this processor again
+        for name in sources_used - set(checkpoints) - set(keep):
+            with self._folders.hold({name}):
+                if self._built.get(name, -1) < started:
+                    shutil.rmtree(task_dir(self.state_dir, name), ignore_errors=True)
 
     def _restore_own(self, task: str, marker: str | None) -> None:
         result: RestoreResult | None = None
@@ -271,7 +283,7 @@ class TaskStates:
             marker, parts = _plan(task, checkpoint)
             if task in standbys and (marker is not None or parts):
                 try:
-                    with self._build_lock:
+                    with self._folders.hold({task} | {str(p.get("taskName")) for p in parts}):
                         if parts:
                             self._refresh_composed(task, checkpoint, parts)
                         else:
