@@ -15,7 +15,7 @@ from worker.state.blobs import BlobStore, open_blob_store
 from worker.state.locks import TaskFolderLocks
 from worker.state.restore import open_live
 from worker.state.snapshot import snapshot_dir, task_dir
-from worker.state.tasks import StateConfig, TaskStates
+from worker.state.tasks import StateConfig, TaskStates, restore_groups
 
 BIG, SMALL = "Partition 0_0_2", "Partition 1_0_2"
 WAIT_S = 60.0  # only a deadlock would take this long
@@ -149,3 +149,14 @@ def test_a_source_copy_restored_again_beside_a_composition_is_not_deleted(
     assert b.restores["C0"]["source"] == "composed"
     assert counts(b, "P") == {k: 1 for k in KEYS}  # its live store is still there
     assert counts(b, "Z") == {k: 1 for k in KEYS[:5]}
+
+
+def test_tasks_restore_alone_unless_built_from_other_tasks() -> None:
+    own = {"stateSources": [{"taskName": "A", "checkpointId": "1-1"}]}
+    parent = {"taskName": "P", "checkpointId": "1-1", "elasticityFactor": 1,
+              "keyBuckets": [0], "nullKeys": True}
+    child = {"stateSources": [parent]}
+    groups = restore_groups({"A": own, "B": {"stateSources": []}, "C0": child,
+                             "C1": child, "D": {}})
+    assert groups == [{"A"}, {"B"}, {"D"}, {"C0", "C1"}]
+    assert restore_groups({}) == []

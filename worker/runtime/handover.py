@@ -8,9 +8,10 @@ For each model the long poll brings (``worker.runtime.control.ModelFollower``):
 2. the version is acknowledged (the barrier's promise: lost tasks handed over);
 3. once its barrier is done, the tasks gained are planned from their resolved
    checkpoints: a child shard's whose parents are not finished waits (asked about again
-   every second); the others restore their state on a thread of their own (a long
-   restore never delays the next version's handover or ack), then join the running
-   tasks, if they are still this processor's.
+   every second); the others restore their state on threads of their own (a long
+   restore never delays the next version's handover or ack, nor another task's
+   restore), then join the running tasks as each is restored, if still this
+   processor's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from worker.running import only
 from worker.runtime.batches import BatchRunner
 from worker.runtime.control import ModelFollower
 from worker.runtime.query import SourceQuery
-from worker.state.tasks import TaskStates
+from worker.state.tasks import TaskStates, restore_groups
 
 log = logging.getLogger("coxswain.worker")
 
@@ -170,15 +171,18 @@ class Handover:
         states = self._states
         keep = set(self._runner.running.tasks) | set(self._restoring) | ready
         subset = {n: checkpoints.get(n, {}) for n in ready}
+        for group in restore_groups(subset):
+            future = self._pool.submit(self._restore, states, plan, group,
+                                       {n: subset[n] for n in group}, keep)
+            future.add_done_callback(lambda _: self._follower.poke())  # run them at once
+            for name in group:
+                self._restoring[name] = future
 
-        def restore() -> QueryPlan:
-            states.restore(subset, keep)
-            return only(plan, ready)
-
-        future = self._pool.submit(restore)
-        future.add_done_callback(lambda _: self._follower.poke())  # run them at once
-        for name in ready:
-            self._restoring[name] = future
+    @staticmethod
+    def _restore(states: TaskStates, plan: QueryPlan, group: set[str],
+                 checkpoints: dict[str, Any], keep: set[str]) -> QueryPlan:
+        states.restore(checkpoints, keep)
+        return only(plan, group)
 
     def _finish_restores(self, model: dict[str, Any], mine: dict[str, Any]) -> None:
         """Run the tasks whose state is restored (those still this processor's)."""

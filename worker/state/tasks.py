@@ -83,6 +83,16 @@ def _plan(task: str, checkpoint: Mapping[str, Any]
     return None, sources
 
 
+def restore_groups(checkpoints: Mapping[str, Mapping[str, Any]]) -> list[set[str]]:
+    """The tasks of ``checkpoints`` in groups to restore side by side: every task built
+    from its own snapshot alone (one big state then holds up no other task: a survivor
+    running a killed worker's small tasks while it restores a big one), the tasks built
+    from other tasks' snapshots together (they share sources: one download serves all)."""
+    composed = {t for t, c in checkpoints.items() if _plan(t, c)[1]}
+    return [{t} for t in sorted(set(checkpoints) - composed)] + (
+        [composed] if composed else [])
+
+
 def new_checkpoint_id() -> str:
     """A checkpoint id for the batch about to run (ordered by time)."""
     return str(CheckpointId.of(time.time_ns()))
