@@ -11,7 +11,11 @@ own ``.venv``). Changes, each from a steady state:
 * ``leave``: one of three stops gracefully (SIGTERM);
 * ``kill``: one of two is killed -9 (its long poll's connection closes);
 * ``split``: a Kinesis shard is split (timed from the parents' last record to the
-  children's first).
+  children's first);
+* ``kill-restoring`` (on request, stateful): one of two is killed -9 while it holds a
+  task with 100 MB of state, the blob store (moto's S3 API server) behind a 10 MB/s
+  link: the survivor restores that task for about 10 s; timed to the first output of
+  the victim's other tasks and of the big one.
 
 Measured per change: seconds from the trigger to the first output under the new version
 (a record whose ``version`` is the new one's or later), to the version's barrier done,
@@ -50,19 +54,26 @@ from typing import Any
 import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from grouping.key_bucket import key_bucket
 from service.local.kafka import LocalKafka
 from service.local.kinesis import CREDENTIALS, LocalKinesis
 from service.local.kinesis import client as kinesis_client
 from service.local.orders import create_topics
 from service.local.ports import kill_process_group, stop_process_group
+from service.local.s3 import LocalS3
+from tests.infra.relay import Relay
 from tests.service.server import Server
 
 APPS = {"slow": "tests.worker.apps:slow_echo_task", "none": "tests.worker.apps:echo_task",
         "kinesis": "tests.worker.apps:kinesis_echo_task",
-        "slow-count": "tests.worker.apps:slow_count_task"}
+        "slow-count": "tests.worker.apps:slow_count_task",
+        "slow-fat-count": "tests.worker.apps:slow_fat_count_task"}
 WORK_S = {"slow": 0.004, "none": 0.0}  # what slow_echo_task waits per record
 QUIET_RATE = 100.0  # records/s fed in the quiet mode (the workers take 300-400)
 AFTER_S = 8.0  # seconds after the window the rate after a change is measured over
+FAT_KEYS = 100  # kill-restoring: keys of 1 MB of state each, all in one task
+FAT_TASK = "Partition 0_0_2"
+SLOW_LINK = 10_000_000  # kill-restoring: bytes/s between the workers and the blob store
 
 
 @dataclass
@@ -104,6 +115,7 @@ class Rig:
     tree: Path  # the checkout whose runtime the workers run
     stateful: bool = False  # the workers keep state (a blob store in a folder)
     extra: tuple[str, ...] = ()  # more worker arguments (the last of an option wins)
+    blob_store: tuple[str, ...] = ()  # --blob-store (and endpoint) instead of a folder
     server: Server | None = None
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -112,8 +124,9 @@ class Rig:
         log = (self.root / f"{pid}.log").open("ab")
         assert self.server is not None
         if self.stateful:
-            extra = ("--stateful", "--state-dir", str(self.root / f"{pid}-state"),
-                     "--blob-store", f"file://{self.root / 'blobs'}", *extra)
+            blobs = self.blob_store or ("--blob-store", f"file://{self.root / 'blobs'}")
+            extra = ("--stateful", "--state-dir", str(self.root / f"{pid}-state"), *blobs,
+                     *extra)
         self.workers[pid] = subprocess.Popen(
             [str(self.tree / ".venv" / "bin" / "python"), "-m", "service.cli", "worker",
              "--coordinator", self.server.url, "--app", app, "--api", "task",
@@ -292,6 +305,92 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
         rig.close()
 
 
+def fat_keys(factor: int = 2) -> list[str]:
+    """``FAT_KEYS`` keys of key bucket 0 under ``factor`` (all in ``FAT_TASK`` when
+    written to partition 0)."""
+    found: list[str] = []
+    i = 0
+    while len(found) < FAT_KEYS:
+        if key_bucket(f"fat-{i}".encode(), 0, factor) == 0:
+            found.append(f"fat-{i}")
+        i += 1
+    return found
+
+
+def fat_state_committed(api: httpx.Client) -> bool:
+    """``FAT_TASK`` committed past its fat keys (their state backed up)."""
+    r = api.get("/checkpoints", params={"taskName": FAT_TASK})
+    if r.status_code != 200:
+        return False
+    offsets = r.json().get(FAT_TASK, {}).get("inputOffsets") or []
+    return any(int(o["offset"]) > FAT_KEYS for o in offsets
+               if o["ssp"]["partition"] == 0 and o["offset"].isdigit())
+
+
+def kill_restoring(tree: Path, kafka: LocalKafka, root: Path, window_s: float,
+                   extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """kill -9 of the worker holding a task with 100 MB of state (saturated, stateful,
+    the blob store behind a 10 MB/s link): the survivor restores that task for about
+    10 s; the victim's other tasks should not wait for it."""
+    s3 = LocalS3.start()
+    slow = Relay(("127.0.0.1", s3.port), bytes_per_s=SLOW_LINK)
+    slow.restore()
+    bucket = f"fat-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(bucket)
+    topic, output = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka.bootstrap, [(topic, 4), (output, 1)])
+    work = root / f"{tree.name}-kill-restoring-{uuid.uuid4().hex[:4]}"
+    work.mkdir(parents=True)
+    rig = Rig(work, kafka, tree, True, extra,
+              ("--blob-store", f"s3://{bucket}/job", "--blob-store-endpoint", slow.endpoint))
+    out = Output(kafka.bootstrap, output).start()
+    try:
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+        for key in fat_keys():
+            p.produce(topic, key=key.encode(), value=b"0", partition=0)
+        p.flush()
+        produce(kafka, topic, 200_000)
+        rig.server = Server(work, ["--kafka-bootstrap", kafka.bootstrap, "--input",
+                                   f"kafka.{topic}", "--elasticity-factor", "2",
+                                   "--debounce-ms", "200", "--stateful"]).start()
+        for pid in ("w0", "w1"):
+            rig.worker(pid, APPS["slow-fat-count"], output)
+        with rig.server.client() as api:
+            wait(lambda: len(api.get("/jobmodel").json().get("containers", {})) == 2
+                 if api.get("/jobmodel").status_code == 200 else False, 240, "workers")
+            wait(lambda: fat_state_committed(api), 300, "the fat task's state backed up")
+            v = int(api.get("/jobmodel").json()["version"])
+            wait(lambda: barrier_done(api, v), 120, "barrier")
+            time.sleep(10)
+            model = api.get("/jobmodel").json()
+            victim = next(pid for pid, c in model["containers"].items()
+                          if c["tasks"].get(FAT_TASK, {}).get("taskMode", "Active")
+                          == "Active" and FAT_TASK in c["tasks"])
+            moved = {n for n, t in model["containers"][victim]["tasks"].items()
+                     if t.get("taskMode", "Active") == "Active"}
+            t0 = time.time()
+            kill_process_group(rig.workers.pop(victim).pid)
+            wait(lambda: int(api.get("/jobmodel").json()["version"]) > v, 120, "a version")
+            version = int(api.get("/jobmodel").json()["version"])
+
+            def first(tasks: set[str]) -> float | None:
+                times = [t for t, r in out.seen if t >= t0 and r.get("task") in tasks
+                         and r.get("version", 0) >= version]
+                return min(times) - t0 if times else None
+
+            small = moved - {FAT_TASK}
+            wait(lambda: first(small) is not None, 120, "the victim's small tasks' output")
+            wait(lambda: first({FAT_TASK}) is not None, 300, "the fat task's output")
+            return {"firstOutputS": round(first(small) or 0.0, 2),
+                    "fatTaskFirstOutputS": round(first({FAT_TASK}) or 0.0, 2),
+                    "tasksMoved": len(moved), "countErrors": count_errors(out)}
+    finally:
+        out.stop()
+        rig.close()
+        slow.cut()
+        s3.stop()
+
+
 def kinesis_split(tree: Path, kafka: LocalKafka, kinesis: LocalKinesis, root: Path
                   ) -> dict[str, float]:
     """A split of a one-shard stream fed at 50/s: from the parent's last record processed
@@ -417,6 +516,19 @@ def main() -> None:
                             tree.name, []).append(row)
                         print(json.dumps({"change": kind, "mode": mode,
                                           "tree": str(tree), **row}), flush=True)
+        if "kill-restoring" in only:  # stateful, a blob store server: on request only
+            for tree in checkouts:
+                for _ in range(args.runs):
+                    try:
+                        row = kill_restoring(tree, kafka, root, args.window_s, extra(tree))
+                    except Exception as e:
+                        print(json.dumps({"change": "kill-restoring", "tree": str(tree),
+                                          "failed": str(e)}), flush=True)
+                        continue
+                    results.setdefault("kill -9, 100 MB restoring (saturated)", {}) \
+                        .setdefault(tree.name, []).append(row)
+                    print(json.dumps({"change": "kill-restoring", "tree": str(tree), **row}),
+                          flush=True)
         if not only or "split" in only:
             for tree in checkouts:
                 for _ in range(args.runs):

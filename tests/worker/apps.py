@@ -62,6 +62,15 @@ def fat_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     return count_task(ctx, rows)
 
 
+def slow_fat_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``fat_count_task`` with 4 ms of waiting per record (bench/handover's kill of a
+    worker holding a big state)."""
+    import time
+
+    time.sleep(0.004 * len(rows))
+    return fat_count_task(ctx, rows)
+
+
 def slow_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     """``echo_task`` with 4 ms of waiting per record (an external call): one task does at
     most 250 records/s, so throughput grows with the elasticity factor."""
