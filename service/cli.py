@@ -423,6 +423,14 @@ def _worker(args: argparse.Namespace) -> None:
     if args.stateful:
         if args.api != "task":
             raise SystemExit("coxswain: --stateful needs --api task (state lives per task)")
+        if not args.spark_master.startswith("local"):
+            # executors on other hosts would open, snapshot and restore task state on
+            # their own disks while the driver backs up its own: counts silently wrong
+            raise SystemExit(
+                f"coxswain: --stateful runs on a local Spark master only (local[N]), not "
+                f"{args.spark_master}: task state lives on the driver's disk, which "
+                "executors on other hosts do not see. Run stateful workers with "
+                "--spark-master local[N], or this job without --stateful")
         if args.blob_gc_grace_s <= 0:
             raise SystemExit("coxswain: --blob-gc-grace-s must be positive: blobs of a "
                              "backup still uploading are kept for that long")

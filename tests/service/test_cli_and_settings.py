@@ -225,6 +225,20 @@ def _try_what_it_suggests(banner: str, tmp_path: Path) -> None:
     assert "produced 20 orders" in produced.stdout
 
 
+def test_a_stateful_worker_on_a_cluster_master_is_refused_before_it_starts() -> None:
+    """Task state lives on the driver's disk, which executors on other hosts do not see:
+    refused at start (issue #27), before Spark starts or the coordinator is called."""
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "worker", "--coordinator",
+         "http://127.0.0.1:9", "--app", "tests.worker.apps:count_task", "--api", "task",
+         "--output-topic", "out", "--stateful", "--spark-master", "spark://127.0.0.1:7077"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "--stateful runs on a local Spark master only" in result.stderr
+    assert "spark://127.0.0.1:7077" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_dev_up_stopped_while_starting_stops_what_it_started() -> None:
     zk_port, kafka_port = free_ports(2)
     proc = _dev_up(zk_port, kafka_port)
