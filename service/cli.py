@@ -415,8 +415,9 @@ def _worker(args: argparse.Namespace) -> None:
     user_function = getattr(importlib.import_module(module), name)
     process_batch = (task_api(user_function, args.output_topic, args.kafka_bootstrap)
                      if args.api == "task" else user_function)
-    if args.target_batch_ms <= 0:
+    if args.target_batch_ms is not None and args.target_batch_ms <= 0:
         raise SystemExit("coxswain: --target-batch-ms must be positive")
+    target_batch_s = None if args.target_batch_ms is None else args.target_batch_ms / 1000
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise SystemExit("coxswain: --max-offsets-per-trigger must be at least 1")
     state = None
@@ -451,7 +452,7 @@ def _worker(args: argparse.Namespace) -> None:
         token=args.token or os.environ.get("COXSWAIN_WORKER_TOKEN"),
         spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
-        target_batch_s=args.target_batch_ms / 1000,
+        target_batch_s=target_batch_s,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
@@ -505,9 +506,20 @@ def _topic(spec: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, except where there is none to show (None) or the help
+    text names it already ("(default: the hostname)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``coxswain``."""
-    defaults = argparse.ArgumentDefaultsHelpFormatter
+    defaults = _Defaults
     p = argparse.ArgumentParser(prog="coxswain", description=plain(__doc__.splitlines()[0]))
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -577,11 +589,13 @@ def parser() -> argparse.ArgumentParser:
                    help="records per micro-batch: in all on Kafka (split across "
                         "partitions; default: no limit), per shard on Kinesis (default: "
                         "10000)")
-    w.add_argument("--target-batch-ms", type=int, default=8000,
+    w.add_argument("--target-batch-ms", type=int,
                    help="Kafka: with a backlog, micro-batches are sized to take about "
-                        "this long (a change cuts the batch in flight short, so longer "
-                        "batches cost a handover little and save each batch's fixed "
-                        "cost); never more records than --max-offsets-per-trigger")
+                        "this long; never more records than --max-offsets-per-trigger. "
+                        "Default 8000 with --api task (a change cuts the batch in flight "
+                        "short, so long batches cost a handover little and pay each "
+                        "batch's fixed cost less often), 1000 with --api batch (a "
+                        "handover waits for the batch in flight)")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
     w.add_argument("--stateful", action="store_true",

@@ -17,6 +17,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+#: the default batch duration targets: ``--api task`` batches are cut short by a change
+#: (a long batch costs a handover little and pays the fixed cost less often); an
+#: ``--api batch`` batch is one call of the user's function and cannot be, so a
+#: handover waits for it whole
+TARGET_CUT_S = 8.0
+TARGET_WHOLE_S = 1.0
+
+
+def default_target_s(api: str) -> float:
+    """The batch duration to steer toward when the user gave none, by ``--api``."""
+    return TARGET_CUT_S if api == "task" else TARGET_WHOLE_S
+
+
 #: the first batch's records when the user set no ceiling (raised or lowered from there)
 FIRST_LIMIT = 1000
 #: a batch with at least this share of the limit counts as full

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.batch_size import FIRST_LIMIT, MAX_FIXED_SHARE, BatchSize, after_batch, start
+from worker.batch_size import (
+    FIRST_LIMIT,
+    MAX_FIXED_SHARE,
+    BatchSize,
+    after_batch,
+    default_target_s,
+    start,
+)
 
 targets = st.floats(0.1, 5.0)
 ceilings = st.none() | st.integers(1, 100_000)
@@ -75,3 +82,10 @@ def test_a_bad_target_or_ceiling_is_refused() -> None:
         start(0.0, None)
     with pytest.raises(ValueError, match="at least 1"):
         start(1.0, 0)
+
+
+def test_batches_that_cannot_be_cut_default_to_a_short_target() -> None:
+    # --api task batches are cut by a change; an --api batch batch is one call of the
+    # user's function, so a handover waits for it whole: 8 s would be 8 s of handover
+    assert default_target_s("task") == 8.0
+    assert default_target_s("batch") == 1.0

@@ -40,8 +40,9 @@ class WorkerConfig:
     api: str = "batch"  # or "task": process_task(ctx, rows) per virtual task
     output_topic: str | None = None  # where process_task's returned rows go
     trigger_interval_s: float = 0.5
-    # Kafka: batches with a backlog sized to take about this long (``worker.batch_size``)
-    target_batch_s: float = 8.0
+    # Kafka: batches with a backlog sized to take about this long (``worker.batch_size``;
+    # None: by the api, ``batch_size.default_target_s``)
+    target_batch_s: float | None = None
     checkpoint_root: Path | None = None
     state: StateConfig | None = None  # process_task keeps per-key state (ctx.state)
     kinesis_endpoint: str | None = None  # Kinesis inputs: the API endpoint (default AWS's)

@@ -51,7 +51,8 @@ class Worker:
             spark, process_batch, self._client, self._states,
             self._over, config.max_commit_delay_s,
             config.trigger_interval_s, lambda: self.processor_id, self._query.apply,
-            batch_size.start(config.target_batch_s, config.max_offsets_per_trigger),
+            batch_size.start(config.target_batch_s or batch_size.default_target_s(config.api),
+                             config.max_offsets_per_trigger),
             self._query.batch_offsets, self._query.limit, self._query.cut_folder)
         self._keeper: StateKeeper | None = None
         self._left = False
