@@ -180,12 +180,18 @@ def test_a_killed_workers_tasks_resume_on_its_standby_without_a_full_download(
     try:
         wait_output(kafka, output, producing.total)
         with server.client() as c:
-            w1_tasks = sorted(restores_of(c, "w1"))
             for _ in range(5):  # more state; the standbys follow each commit
                 producing.send(100)
                 time.sleep(1)
             wait_output(kafka, output, producing.total)
-            time.sleep(5)  # a standby refresh or two after the last commit
+            w1_tasks = actives(c.get("/jobmodel").json(), "w1")
+            assert w1_tasks
+            # w0's standby copies of them hold their last committed snapshots (w0 says
+            # so in its heartbeats: a state lag of 0, KIP-441's measure)
+            deadline = time.monotonic() + 90
+            while not all(standby_lag(c, "w0", t) == 0 for t in w1_tasks):
+                assert time.monotonic() < deadline, c.get("/status").json()["processors"]
+                time.sleep(0.5)
             crash(workers["w1"])
             producing.send(200)
             wait_output(kafka, output, producing.total)
@@ -196,6 +202,15 @@ def test_a_killed_workers_tasks_resume_on_its_standby_without_a_full_download(
     finally:
         stop_workers(list(workers.values()))
     check_counts(kafka, output, producing)
+
+
+def standby_lag(c: httpx.Client, pid: str, task: str) -> int | None:
+    """The state lag of ``pid``'s copy of ``task`` in its last heartbeat (None: none)."""
+    for p in c.get("/status").json()["processors"]:
+        if p["processorId"] == pid:
+            lag = p.get("taskLags", {}).get(task)
+            return None if lag is None else int(lag)
+    return None
 
 
 def actives(model: dict[str, Any], pid: str) -> list[str]:
