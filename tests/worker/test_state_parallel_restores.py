@@ -151,12 +151,23 @@ def test_a_source_copy_restored_again_beside_a_composition_is_not_deleted(
     assert counts(b, "Z") == {k: 1 for k in KEYS[:5]}
 
 
-def test_tasks_restore_alone_unless_built_from_other_tasks() -> None:
+def test_tasks_restore_alone_unless_built_from_the_same_sources() -> None:
+    def source(task: str) -> dict[str, Any]:
+        return {"taskName": task, "checkpointId": "1-1", "elasticityFactor": 2,
+                "keyBuckets": [0], "nullKeys": True}
+
     own = {"stateSources": [{"taskName": "A", "checkpointId": "1-1"}]}
-    parent = {"taskName": "P", "checkpointId": "1-1", "elasticityFactor": 1,
-              "keyBuckets": [0], "nullKeys": True}
-    child = {"stateSources": [parent]}
-    groups = restore_groups({"A": own, "B": {"stateSources": []}, "C0": child,
-                             "C1": child, "D": {}})
-    assert groups == [{"A"}, {"B"}, {"D"}, {"C0", "C1"}]
+    split = {"stateSources": [source("P")]}  # C0 and C1: both from P
+    groups = restore_groups({
+        "A": own, "B": {"stateSources": []}, "C0": split, "C1": split, "D": {},
+        "M0": {"stateSources": [source("X0"), source("X1")]},  # merges: apart
+        "M1": {"stateSources": [source("Y0"), source("Y1")]},
+        # one shares X1 with M0, another Y0 with M1: all four in one group
+        "N": {"stateSources": [source("X1"), source("Z")]},
+        "O": {"stateSources": [source("Z"), source("Y0")]},
+    })
+    assert groups == [{"A"}, {"B"}, {"D"}, {"C0", "C1"}, {"M0", "M1", "N", "O"}]
+    assert restore_groups({"M0": {"stateSources": [source("X0"), source("X1")]},
+                           "M1": {"stateSources": [source("Y0"), source("Y1")]}}) \
+        == [{"M0"}, {"M1"}]
     assert restore_groups({}) == []

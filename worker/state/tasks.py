@@ -86,11 +86,20 @@ def _plan(task: str, checkpoint: Mapping[str, Any]
 def restore_groups(checkpoints: Mapping[str, Mapping[str, Any]]) -> list[set[str]]:
     """The tasks of ``checkpoints`` in groups to restore side by side: every task built
     from its own snapshot alone (one big state then holds up no other task: a survivor
-    running a killed worker's small tasks while it restores a big one), the tasks built
-    from other tasks' snapshots together (they share sources: one download serves all)."""
-    composed = {t for t, c in checkpoints.items() if _plan(t, c)[1]}
-    return [{t} for t in sorted(set(checkpoints) - composed)] + (
-        [composed] if composed else [])
+    running a killed worker's small tasks while it restores a big one); tasks built from
+    other tasks' snapshots together when they share a source (a split's children: one
+    download of the parent serves all), apart when not (a merge's tasks)."""
+    groups: list[tuple[set[str], set[str]]] = []  # (tasks, the sources they are built from)
+    for task, checkpoint in sorted(checkpoints.items()):
+        sources = {str(p.get("taskName")) for p in _plan(task, checkpoint)[1]}
+        joined = [g for g in groups if sources & g[1]]
+        tasks, used = {task}, set(sources)
+        for g in joined:
+            groups.remove(g)
+            tasks |= g[0]
+            used |= g[1]
+        groups.append((tasks, used))
+    return sorted((tasks for tasks, _ in groups), key=lambda g: (len(g) > 1, sorted(g)))
 
 
 def new_checkpoint_id() -> str:
