@@ -113,6 +113,32 @@ def test_changes_between_batches_apply_at_once_and_many_publish_once_per_batch()
     assert published == [1, 6]  # the five applied together as the batch ended
 
 
+def test_an_offered_change_never_waits_for_the_batch_in_flight() -> None:
+    """A retag (nothing waits on it) is applied at once between batches and by the batch
+    in flight as it ends, while the thread that offered it goes on (the handover thread
+    must be free to run tasks whose restore ended meanwhile)."""
+    events: list[str] = []
+    boundary = BatchBoundary(lambda: events.append("published"))
+    boundary.offer(lambda: events.append("between batches"))
+    assert events == ["between batches", "published"]
+    in_batch, finish = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with boundary.batch():
+            in_batch.set()
+            finish.wait(10)
+            events.append("batch ends")
+
+    runner = threading.Thread(target=batch)
+    runner.start()
+    in_batch.wait(10)
+    boundary.offer(lambda: events.append("retagged"))  # returns while the batch runs
+    assert events == ["between batches", "published"] and boundary.waiting == 1
+    finish.set()
+    runner.join(10)
+    assert events == ["between batches", "published", "batch ends", "retagged", "published"]
+
+
 def test_a_failing_change_raises_in_the_asking_thread_and_others_still_apply() -> None:
     boundary = BatchBoundary(lambda: None)
 

@@ -150,12 +150,17 @@ class BatchRunner:
                 log.warning("batch %d: not cut (%s)", self._cuttable, e)
 
     def retag(self, version: int) -> None:
-        """Commit under ``version`` from now on (a newer model that kept the tasks)."""
+        """Commit under ``version`` from the next batch boundary on (a newer model that
+        kept the tasks). Not waited for: the control thread must not sit out a batch for
+        it (tasks restored meanwhile would wait to run), and a commit tagged with the
+        older version is accepted as long as its tasks were this processor's in every
+        version since."""
 
         def change() -> None:
-            self.running = retag(self.running, version)
+            if self.running.plan.version < version:  # an add may have tagged it since
+                self.running = retag(self.running, version)
 
-        self.boundary.change(change)
+        self.boundary.offer(change)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the newest commit is acknowledged: False when it was not within

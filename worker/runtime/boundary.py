@@ -74,6 +74,18 @@ class BatchBoundary:
             raise item.error
         return item.result
 
+    def offer(self, apply: Callable[[], Any]) -> None:
+        """Run ``apply`` at the next batch boundary without waiting for it: now when no
+        batch holds the boundary, else as the batch in flight ends (or, when it ended
+        just as this was queued, the next one). For changes nothing waits on."""
+        with self._guard:
+            self._pending.append(_Change(apply))
+        if self._lock.acquire(blocking=False):
+            try:
+                self._apply()
+            finally:
+                self._lock.release()
+
     def queue(self, apply: Callable[[], Any]) -> None:
         """Run ``apply`` with the changes the batch in flight applies as it ends (asked by
         that batch itself, which must not wait for its own end)."""
