@@ -189,13 +189,24 @@ def rewound(running: Running, done: Done, ends: Mapping[tuple[str, int], int]
     """``running`` after a batch cut short (``worker.cuts``): a partition the batch read
     to its end in ``ends`` but one of its running tasks did not finish (``done``: where
     each got to) is read again from the furthest-behind task's point, at a new
-    generation; every task goes on from its own point (:func:`for_batch`)."""
-    behind: dict[tuple[str, int], int] = {}
+    generation; every task goes on from its own point (:func:`for_batch`). A task that
+    never ran on the partition (added after the batch was planned, its partition
+    re-planned from its start) counts from its start: the cut tasks' points alone would
+    make it skip its records in between."""
+    needs: list[SspStart] = []
+    cut_short: set[tuple[str, int]] = set()
     for s in running.plan.starts:
         key = (s.topic, s.partition)
+        if key not in ends:
+            continue
         got = done.get((s.task, s.topic, s.partition))
-        if key in ends and got is not None and got < ends[key]:
-            behind[key] = min(behind.get(key, got), got)
+        if got is None:
+            if s.start != LATEST:  # (latest: resolved when its partition is read)
+                needs.append(s)
+        elif got < ends[key]:
+            needs.append(replace(s, start=got))
+            cut_short.add(key)
+    behind = {k: v for k, v in _earliest(needs).items() if k in cut_short}
     if not behind:
         return running
     partitions = dict(running.source.partitions)
@@ -203,7 +214,7 @@ def rewound(running: Running, done: Done, ends: Mapping[tuple[str, int], int]
     for (topic, p), start in sorted(behind.items()):
         name = _key(running.plan, topic, p)
         if name in partitions:
-            partitions[name] = replace(partitions[name], start=str(start),
+            partitions[name] = replace(partitions[name], start=_source_start(start),
                                        generation=generation)
             generation += 1
     return replace(running, source=SourcePlan(running.source.version + 1, partitions),
