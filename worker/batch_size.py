@@ -112,6 +112,11 @@ def after_batch(size: BatchSize, records: int, seconds: float) -> BatchSize:
         wanted = max(size.limit, wanted)
     wanted = min(max(wanted, size.limit / MAX_STEP), size.limit * MAX_STEP)
     limit = max(1, round(wanted))
+    if limit == size.limit and abs(estimate - limit) > 0.5 and (full or estimate > limit):
+        # the damped step rounds back to the same few records, short of the estimate:
+        # one record toward it (else a batch of a few costly records stalls a record or
+        # two off its duration)
+        limit = max(1, limit + (1 if estimate > limit else -1))
     if size.ceiling is not None:
         limit = min(limit, size.ceiling)
     return replace(size, limit=limit, samples=samples, fixed_s=fixed)
