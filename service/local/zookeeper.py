@@ -94,11 +94,13 @@ class ZooKeeperEnsemble:
         ``client_port`` fixes the first member's port."""
         root = cache_dir() / "zookeeper" / f"zk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         ensemble = ZooKeeperEnsemble(root)
+        # every member's ports at once: distinct across the ensemble, the caller's aside
+        ports = iter(p for p in free_ports(3 * size + 1) if p != client_port)
         for sid in range(1, size + 1):
             data_dir = root / f"member-{sid}"
             data_dir.mkdir(parents=True)
             (data_dir / "myid").write_text(f"{sid}\n")
-            port, peer_port, election_port = free_ports(3)
+            port, peer_port, election_port = next(ports), next(ports), next(ports)
             if client_port and sid == 1:
                 port = client_port
             ensemble.members.append(Member(sid, port, peer_port, election_port, data_dir))

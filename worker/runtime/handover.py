@@ -33,8 +33,8 @@ from worker.state.tasks import TaskStates, restore_groups
 log = logging.getLogger("coxswain.worker")
 
 WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
-# Restores of different versions' gained tasks run side by side: a survivor restoring
-# 100 MB must not make the tasks it gains from a killed worker wait for that restore.
+# Gained tasks restore side by side (``restore_groups``): a survivor restoring 100 MB
+# must not make the other tasks it gains from a killed worker wait for that restore.
 RESTORE_THREADS = 4
 
 

@@ -83,6 +83,11 @@ def _plan(task: str, checkpoint: Mapping[str, Any]
     return None, sources
 
 
+def _source_tasks(task: str, checkpoint: Mapping[str, Any]) -> set[str]:
+    """The tasks whose snapshots ``task``'s state is built from (none: its own)."""
+    return {str(p.get("taskName")) for p in _plan(task, checkpoint)[1]}
+
+
 def restore_groups(checkpoints: Mapping[str, Mapping[str, Any]]) -> list[set[str]]:
     """The tasks of ``checkpoints`` in groups to restore side by side: every task built
     from its own snapshot alone (one big state then holds up no other task: a survivor
@@ -91,7 +96,7 @@ def restore_groups(checkpoints: Mapping[str, Mapping[str, Any]]) -> list[set[str
     download of the parent serves all), apart when not (a merge's tasks)."""
     groups: list[tuple[set[str], set[str]]] = []  # (tasks, the sources they are built from)
     for task, checkpoint in sorted(checkpoints.items()):
-        sources = {str(p.get("taskName")) for p in _plan(task, checkpoint)[1]}
+        sources = _source_tasks(task, checkpoint)
         joined = [g for g in groups if sources & g[1]]
         tasks, used = {task}, set(sources)
         for g in joined:
@@ -140,12 +145,13 @@ class TaskStates:
         checkpoint) from its committed snapshot, or, after a split, merge or reshard,
         from the snapshots its ``stateSources`` name, filtered by key bucket (and hash
         key); a task without any starts empty. Source tasks' local copies are deleted
-        afterwards unless in ``checkpoints`` or ``keep`` (this processor's tasks)."""
+        afterwards unless in ``checkpoints`` or ``keep`` (this processor's tasks) or restored
+        as tasks of their own by a restore beside this one."""
         sources_used: set[str] = set()
         started = next(self._builds)
         for task, checkpoint in sorted(checkpoints.items()):
             marker, parts = _plan(task, checkpoint)
-            sources = {str(p.get("taskName")) for p in parts}
+            sources = _source_tasks(task, checkpoint)
             with self._folders.hold({task} | sources):
                 if parts:
                     sources_used |= sources
@@ -302,7 +308,7 @@ class TaskStates:
             marker, parts = _plan(task, checkpoint)
             if task in standbys and (marker is not None or parts):
                 try:
-                    with self._folders.hold({task} | {str(p.get("taskName")) for p in parts}):
+                    with self._folders.hold({task} | _source_tasks(task, checkpoint)):
                         if parts:
                             self._refresh_composed(task, checkpoint, parts)
                         else:
