@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -389,8 +390,6 @@ class _Terminations:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    import importlib
-
     terminations = _Terminations()
     signal.signal(signal.SIGTERM, terminations)
     _require_worker_extra("worker")
@@ -403,16 +402,26 @@ def _worker(args: argparse.Namespace) -> None:
         spark_session,
         stop_spark,
         task_api,
-        warm_python_workers,
     )
+    from worker.runtime.app import (
+        AppError,
+        check_on_executors,
+        is_local_master,
+        load_app,
+        py_files,
+        shipment,
+    )
+    from worker.runtime.spark import parse_conf
     from worker.state.blobs import BlobStoreOptions
     from worker.state.tasks import StateConfig
 
     configure(json_lines=False, level=args.log_level)
-    module, _, name = args.app.partition(":")
-    if not name:
-        raise SystemExit("coxswain: --app must look like module:function")
-    user_function = getattr(importlib.import_module(module), name)
+    try:
+        spark_conf = parse_conf(args.conf)
+        extra_files = py_files(args.py_files)
+        module, user_function = load_app(args.app, extra_files)
+    except (ValueError, AppError) as e:
+        raise SystemExit(f"coxswain: {e}") from None
     process_batch = (task_api(user_function, args.output_topic, args.kafka_bootstrap)
                      if args.api == "task" else user_function)
     if args.target_batch_ms is not None and args.target_batch_ms <= 0:
@@ -424,7 +433,7 @@ def _worker(args: argparse.Namespace) -> None:
     if args.stateful:
         if args.api != "task":
             raise SystemExit("coxswain: --stateful needs --api task (state lives per task)")
-        if not args.spark_master.startswith("local"):
+        if not is_local_master(args.spark_master):
             # executors on other hosts would open, snapshot and restore task state on
             # their own disks while the driver backs up its own: counts silently wrong
             raise SystemExit(
@@ -460,16 +469,25 @@ def _worker(args: argparse.Namespace) -> None:
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
-    spark = spark_session(args.spark_master)
+    ship_folder = tempfile.TemporaryDirectory(prefix="coxswain-app-")
+    to_ship = shipment(module, extra_files, Path(ship_folder.name), args.spark_master)
+    spark = spark_session(args.spark_master, conf=spark_conf,
+                          executor_python=args.executor_python)
     # then it cancels the warm-up job, so a worker stopped while it starts exits in
     # seconds, well within a supervisor's grace period (py4j off the handler's frame)
     terminations.then(lambda: threading.Thread(target=spark.sparkContext.cancelAllJobs,
                                                daemon=True).start())
     stop = terminations.requested
     try:
-        if args.api == "task" and not stop.is_set():
+        to_ship.add_to(spark)
+        # before registering: an executor that cannot import the app fails the worker in
+        # seconds, holding no lease, instead of failing its first batch (four attempts)
+        if (args.api == "task" or not is_local_master(args.spark_master)) \
+                and not stop.is_set():
             try:
-                warm_python_workers(spark)
+                check_on_executors(spark, module, args.app.partition(":")[2])
+            except AppError as e:
+                raise SystemExit(f"coxswain worker: {e}") from None
             except Exception:
                 if not stop.is_set():
                     raise
@@ -483,6 +501,7 @@ def _worker(args: argparse.Namespace) -> None:
         raise SystemExit(f"coxswain worker: {e}") from None
     finally:
         stop_spark(spark)
+        ship_folder.cleanup()
         # handed over, left, Spark stopped: what remains is the interpreter's exit,
         # during which Python would restore SIGTERM's default action (death, -15)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -584,7 +603,20 @@ def parser() -> argparse.ArgumentParser:
     # not shown as a default: a token does not belong in --help output
     w.add_argument("--token", default=None, help="worker bearer token (default "
                    "$COXSWAIN_WORKER_TOKEN)")
-    w.add_argument("--spark-master", default="local[2]", help="Spark master URL")
+    w.add_argument("--spark-master", default="local[2]", help="Spark master URL: "
+                   "local[N], or a cluster's (spark://HOST:PORT, k8s://...; see the README's "
+                   "\"Running workers on a Spark cluster\")")
+    w.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, repeatable (e.g. spark.executor.memory=2g, "
+                        "spark.driver.host=ADDRESS)")
+    w.add_argument("--py-files", action="append", default=[], metavar="FILES",
+                   help="comma-separated .py, .zip or .egg files the app needs beside "
+                        "its own module, added to the driver's and executors' path, "
+                        "repeatable (on a cluster the --app module's own file or package "
+                        "is shipped without it, unless installed)")
+    w.add_argument("--executor-python", help="the Python interpreter executors run, with "
+                   "coxswain[worker] installed on every executor host (default: "
+                   "$PYSPARK_PYTHON, else the one running this worker)")
     w.add_argument("--max-offsets-per-trigger", type=int,
                    help="records per micro-batch: in all on Kafka (split across "
                         "partitions; default: no limit), per shard on Kinesis (default: "

@@ -9,7 +9,8 @@ fed by a Coxswain source that plans each micro-batch from the worker's current j
 * ``handover``: following the job models at batch boundaries;
 * ``control``: the long poll, heartbeats and standby copies, each on its own thread;
 * ``worker``: a worker's life, registration to leave;
-* ``spark``: the Spark session.
+* ``spark``: the Spark session;
+* ``app``: the user's app, shipped to the executors and checked there.
 """
 
 from worker.runtime.contexts import (
@@ -23,9 +24,9 @@ from worker.runtime.contexts import (
 )
 from worker.runtime.handover import NotAStatefulJob
 from worker.runtime.spark import spark_session, stop_spark
-from worker.runtime.task_api import place_tasks, run_tasks, task_api, warm_python_workers
+from worker.runtime.task_api import place_tasks, run_tasks, task_api
 from worker.runtime.worker import Worker
 
 __all__ = ["COLUMNS", "KINESIS_COLUMNS", "BatchContext", "NotAStatefulJob", "ProcessBatch",
            "ProcessTask", "TaskContext", "Worker", "WorkerConfig", "place_tasks", "run_tasks",
-           "spark_session", "stop_spark", "task_api", "warm_python_workers"]
+           "spark_session", "stop_spark", "task_api"]

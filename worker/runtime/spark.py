@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -37,16 +38,47 @@ def stop_spark(spark: SparkSession, timeout_s: float = 30.0) -> None:
         jvm.wait(10)
 
 
-def spark_session(master: str, app_name: str = "coxswain-worker") -> SparkSession:
+#: settings Coxswain makes itself: ``--conf`` cannot change them (spark.jars adds to ours)
+OWN_SETTINGS = {"spark.master": "--spark-master", "spark.pyspark.python": "--executor-python",
+                "spark.pyspark.driver.python": "the interpreter running the worker"}
+
+
+def parse_conf(items: Sequence[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` items; ``ValueError`` names the first bad one."""
+    conf: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(c.isspace() for c in key):
+            raise ValueError(f"--conf takes KEY=VALUE, not {item!r}")
+        if key in OWN_SETTINGS:
+            raise ValueError(f"--conf {key}: set it with {OWN_SETTINGS[key]}")
+        conf[key] = value
+    return conf
+
+
+def spark_session(master: str, app_name: str = "coxswain-worker",
+                  conf: Mapping[str, str] | None = None,
+                  executor_python: str | None = None) -> SparkSession:
     """A Spark session with the Kafka connector's jars from the local cache, whose Python
-    workers run this interpreter (with its packages: pandas for ``process_task``)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master(master).appName(app_name)
-             .config("spark.jars", ",".join(str(p) for p in connector_jars()))
-             .config("spark.ui.enabled", "false")
-             # small micro-batches: one shuffle partition per core, not coalesced
-             .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
-             .getOrCreate())
-    spark.conf.set("spark.sql.shuffle.partitions",
-                   str(max(1, spark.sparkContext.defaultParallelism)))
+    workers run ``executor_python`` (by default ``$PYSPARK_PYTHON``, else this interpreter:
+    it has the packages ``process_task`` needs), with the user's ``conf`` over Coxswain's
+    defaults."""
+    python = executor_python or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python  # read when the context starts
+    user = dict(conf or {})
+    jars = [str(p) for p in connector_jars()]
+    if user.get("spark.jars"):
+        jars.append(user.pop("spark.jars"))
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.jars", ",".join(jars))
+               .config("spark.ui.enabled", "false")
+               # small micro-batches: one shuffle partition per core, not coalesced
+               .config("spark.sql.adaptive.coalescePartitions.enabled", "false"))
+    for key, value in user.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if "spark.sql.shuffle.partitions" not in user:
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(max(1, spark.sparkContext.defaultParallelism)))
     return spark

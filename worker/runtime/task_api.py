@@ -6,11 +6,10 @@ rows it returns written to Kafka."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
 from worker.cuts import CutPlan, piece_bounds
@@ -166,17 +165,3 @@ def _encoded(out: pd.DataFrame) -> pd.DataFrame:
     """``process_task``'s rows as the output schema's bytes."""
     return pd.DataFrame({c: [v.encode() if isinstance(v, str) else v for v in out[c]]
                          for c in ("key", "value")})
-
-
-def warm_python_workers(spark: SparkSession) -> None:
-    """Start one Python worker per core with pandas and pyarrow imported, before the first
-    batch. Spark reuses them; without this the first batch's tasks each pay a Python
-    start-up and imports, all at once, and begin up to a second apart on a small host."""
-    started = time.monotonic()
-    cores = max(1, spark.sparkContext.defaultParallelism)
-    spark.range(cores, numPartitions=cores).mapInPandas(_pass_through, "id long").count()
-    log.info("%d Python workers ready in %.1fs", cores, time.monotonic() - started)
-
-
-def _pass_through(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    yield from batches
