@@ -471,7 +471,10 @@ def _worker(args: argparse.Namespace) -> None:
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
     ship_folder = tempfile.TemporaryDirectory(prefix="coxswain-app-")
     to_ship = shipment(module, extra_files, Path(ship_folder.name), args.spark_master)
-    spark = spark_session(args.spark_master, conf=spark_conf,
+    # named for the processor: one application per worker in a cluster's UI
+    app_name = f"coxswain-worker {args.processor_id}" if args.processor_id else \
+        "coxswain-worker"
+    spark = spark_session(args.spark_master, app_name=app_name, conf=spark_conf,
                           executor_python=args.executor_python)
     # then it cancels the warm-up job, so a worker stopped while it starts exits in
     # seconds, well within a supervisor's grace period (py4j off the handler's frame)

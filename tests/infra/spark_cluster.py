@@ -31,6 +31,7 @@ class SparkCluster:
     cores: int = 1
     memory: str = "1g"
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    killed: set[int] = field(default_factory=set)  # pids the test killed
     port: int = 0
     ui_port: int = 0
 
@@ -67,7 +68,9 @@ class SparkCluster:
 
     def kill_worker(self, index: int) -> None:
         """kill -9 of Spark worker ``index`` and its executors (a host lost)."""
-        stop_process_group(self.procs[index + 1], sig=9, grace_s=10)
+        proc = self.procs[index + 1]
+        self.killed.add(proc.pid)
+        stop_process_group(proc, sig=9, grace_s=10)
 
     def state(self) -> dict[str, Any]:
         """The master's view (its web UI's JSON)."""
@@ -97,7 +100,7 @@ class SparkCluster:
               ) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            dead = [p for p in self.procs if p.poll() is not None]
+            dead = [p for p in self.procs if p.pid not in self.killed and p.poll() is not None]
             if dead:
                 raise RuntimeError(f"{what} exited (rc {dead[0].returncode}); logs under "
                                    f"{self.root}")

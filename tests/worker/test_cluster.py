@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
     Producing,
     coordinator_for,
+    first_occurrences,
     new_topics,
     read_all,
     stop_workers,
@@ -43,6 +43,7 @@ import probe_helper
 def process(ctx, rows):
     return pd.DataFrame({"key": list(rows["key"]), "value": [
         json.dumps({"key": k.decode(), "seq": int(v), "task": ctx.task_name,
+                    "processor": ctx.processor_id, "version": ctx.version,
                     "cwd": os.getcwd(), "tag": probe_helper.TAG})
         for k, v in zip(rows["key"], rows["value"])]})
 """
@@ -68,52 +69,82 @@ def app_folders(tmp: Path) -> tuple[Path, Path]:
 
 
 def cluster_worker(tmp: Path, cluster: SparkCluster, url: str, kafka: LocalKafka,
-                   output: str, *extra: str, env: dict[str, str] | None = None
+                   output: str, pid: str, *extra: str, env: dict[str, str] | None = None
                    ) -> subprocess.Popen[bytes]:
     """``coxswain worker`` (the installed command) started in the app's folder, its
-    driver on loopback, its executors from ``cluster``."""
-    log = (tmp / "worker.log").open("ab")
+    driver on loopback, one executor core of ``cluster``."""
+    log = (tmp / f"{pid}.log").open("ab")
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "coxswain"), "worker", "--coordinator", url,
          "--app", "probe_app:process", "--api", "task", "--output-topic", output,
-         "--kafka-bootstrap", kafka.bootstrap, "--processor-id", "w0",
-         "--spark-master", cluster.master_url, "--conf", "spark.driver.host=127.0.0.1",
-         "--conf", "spark.executor.memory=512m", *extra],
+         "--kafka-bootstrap", kafka.bootstrap, "--processor-id", pid,
+         "--max-offsets-per-trigger", "400", "--spark-master", cluster.master_url,
+         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=512m",
+         "--conf", "spark.cores.max=1", *extra],
         cwd=tmp / "app", stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**environment, **(env or {})})
 
 
-def test_the_app_and_its_py_files_reach_the_executors_which_process_every_record(
+def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_nothing(
     start_server: StartServer, kafka: LocalKafka, cluster: SparkCluster, tmp_path: Path
 ) -> None:
+    """Two Coxswain workers, each its own cluster application with one executor core; the
+    app ships itself and its helper (--py-files); a rescale 1 -> 4 -> 1 while producing,
+    with a Spark worker killed -9 (one application loses its only executor) and another
+    added meanwhile."""
     _, helper = app_folders(tmp_path)
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(600)
-    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "2")
-    worker = cluster_worker(tmp_path, cluster, server.url, kafka, output,
-                            "--py-files", str(helper / "probe_helper.py"))
+    server = coordinator_for(start_server, kafka, topic)
+    workers = {pid: cluster_worker(tmp_path, cluster, server.url, kafka, output, pid,
+                                   "--py-files", str(helper / "probe_helper.py"))
+               for pid in ("w0", "w1")}
     try:
         wait_output(kafka, output, producing.total)
-        producing.send(300)  # and batches after the first
-        wait_output(kafka, output, producing.total)
+        with server.client() as c:
+            assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
+            for _ in range(4):
+                producing.send(100)
+                time.sleep(0.5)
+            cluster.kill_worker(0)  # a host lost, mid-run: an application's only executor
+            for _ in range(4):
+                producing.send(100)
+                time.sleep(0.5)
+            cluster.add_worker()  # its application gets an executor there
+            wait_output(kafka, output, producing.total)
+            assert c.post("/scale", json={"elasticityFactor": 1}).status_code == 202
+            for _ in range(4):
+                producing.send(100)
+                time.sleep(0.5)
+            wait_output(kafka, output, producing.total)
     finally:
-        stop_workers([worker])
-    assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
+        stop_workers(list(workers.values()))
+    for pid, worker in workers.items():
+        assert worker.returncode == 0, (tmp_path / f"{pid}.log").read_text()[-3000:]
     records = read_all(kafka, output)
-    per_key: dict[str, list[int]] = defaultdict(list)
-    for r in records:
-        per_key[r["key"]].append(r["seq"])
-    assert per_key == {k: list(range(n)) for k, n in producing.seq.items()}
+    per_key, duplicated = first_occurrences(records)
+    assert {k: sorted(r["seq"] for r in v) for k, v in per_key.items()} == {
+        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
+    for key, rs in per_key.items():  # per key in order, duplicates removed
+        seqs = [r["seq"] for r in rs]
+        assert seqs == sorted(seqs), (key, seqs[:20])
+    # duplicates only of what the lost executor had processed (its tasks run again)
+    lost = str(cluster.work_dir(0))
+    assert all(d["cwd"].startswith(lost) for d in duplicated), duplicated[:3]
     assert {r["tag"] for r in records} == {"helped"}
-    # run by the executors, in the Spark workers' folders, not by the driver
-    work_dirs = [str(cluster.work_dir(i)) for i in range(cluster.workers)]
-    outside = [r["cwd"] for r in records if not r["cwd"].startswith(tuple(work_dirs))]
+    assert {r["processor"] for r in records} == {"w0", "w1"}
+    assert len({r["version"] for r in records}) >= 3  # factors 1, 4 and 1 again
+    # run by the executors, in the Spark workers' folders, never by the drivers
+    work_dirs = tuple(str(cluster.work_dir(i)) for i in range(cluster.workers + 1))
+    outside = [r["cwd"] for r in records if not r["cwd"].startswith(work_dirs)]
     assert not outside, outside[:3]
-    log = (tmp_path / "worker.log").read_text()
-    assert "shipped to the executors: probe_app.py, probe_helper.py" in log
-    with server.client() as c:  # it left
+    assert any(r["cwd"].startswith(str(cluster.work_dir(2))) for r in records)
+    for pid in workers:
+        log = (tmp_path / f"{pid}.log").read_text()
+        assert "shipped to the executors: probe_app.py, probe_helper.py" in log
+    with server.client() as c:  # both left
         assert c.get("/processors").json() == []
 
 
@@ -124,14 +155,14 @@ def test_an_app_the_executors_cannot_import_stops_the_worker_before_it_registers
     topic, output = new_topics(kafka, 1)
     server = coordinator_for(start_server, kafka, topic)
     # the driver finds the helper on its PYTHONPATH; nothing ships it to the executors
-    worker = cluster_worker(tmp_path, cluster, server.url, kafka, output,
+    worker = cluster_worker(tmp_path, cluster, server.url, kafka, output, "w0",
                             env={"PYTHONPATH": str(helper)})
     started = time.monotonic()
     try:
         rc = worker.wait(180)
     finally:
         stop_workers([worker])
-    log = (tmp_path / "worker.log").read_text()
+    log = (tmp_path / "w0.log").read_text()
     assert rc == 1, log[-3000:]
     assert "cannot be imported on the executors" in log, log[-3000:]
     assert "No module named 'probe_helper'" in log
