@@ -395,6 +395,7 @@ def _worker(args: argparse.Namespace) -> None:
     _require_worker_extra("worker")
 
     from service.logs import configure
+    from worker.cut_signals import HttpSignals
     from worker.runtime import (
         NotAStatefulJob,
         Worker,
@@ -481,6 +482,9 @@ def _worker(args: argparse.Namespace) -> None:
     terminations.then(lambda: threading.Thread(target=spark.sparkContext.cancelAllJobs,
                                                daemon=True).start())
     stop = terminations.requested
+    # a cluster's executors read cut signals from the driver over HTTP
+    signals = None if is_local_master(args.spark_master) else HttpSignals(
+        spark.conf.get("spark.driver.host") or "127.0.0.1")
     try:
         to_ship.add_to(spark)
         # before registering: an executor that cannot import the app fails the worker in
@@ -488,13 +492,14 @@ def _worker(args: argparse.Namespace) -> None:
         if (args.api == "task" or not is_local_master(args.spark_master)) \
                 and not stop.is_set():
             try:
-                check_on_executors(spark, module, args.app.partition(":")[2])
+                check_on_executors(spark, module, args.app.partition(":")[2],
+                                   None if signals is None else signals.where)
             except AppError as e:
                 raise SystemExit(f"coxswain worker: {e}") from None
             except Exception:
                 if not stop.is_set():
                     raise
-        worker = Worker(config, process_batch, spark)
+        worker = Worker(config, process_batch, spark, cut_signals=signals)
         terminations.then(worker.stop)
         if not stop.is_set():
             worker.run()
@@ -505,6 +510,8 @@ def _worker(args: argparse.Namespace) -> None:
     finally:
         stop_spark(spark)
         ship_folder.cleanup()
+        if signals is not None:
+            signals.close()
         # handed over, left, Spark stopped: what remains is the interpreter's exit,
         # during which Python would restore SIGTERM's default action (death, -15)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

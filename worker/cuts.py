@@ -14,20 +14,20 @@ A task's rows are in offset order and one Spark task processes all of them, so w
 processed of a key bucket is always a prefix: committing that prefix is exact. Reports
 travel in a Spark accumulator, whose updates Spark applies for the successful attempt of
 each task only, once the batch's job is done; a failed attempt's output is a duplicate
-past the commit, as with any failure. The signal is a file named for the batch in a
-folder the driver and its executors share (``local[N]``: the driver's disk).
+past the commit, as with any failure. The signal travels as ``worker.cut_signals`` says:
+a file on the driver's disk (``local[N]``), or the driver's HTTP answer (a cluster).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
+
+from worker.cut_signals import is_cut
 
 #: (batch id, task, topic, partition) -> the offset of the first record the task left
 Reports = dict[tuple[int, str, str, int], int]
@@ -53,28 +53,24 @@ class CutReports(AccumulatorParam):  # type: ignore[type-arg]  # (PySpark's, unt
 
 @dataclass(frozen=True)
 class CutPlan:
-    """What a batch's Spark tasks need to be cut: the signal's file, how many pieces a
-    task's rows are processed in, and where to report."""
+    """What a batch's Spark tasks need to be cut: where the signal is
+    (``worker.cut_signals``), how many pieces a task's rows are processed in, and where
+    to report."""
 
-    folder: str
+    where: str
     batch_id: int
     pieces: int
     reports: Any  # a pyspark Accumulator[Reports]
 
     def is_cut(self) -> bool:
-        """Whether the driver cut this batch (in an executor: one ``stat``)."""
-        return os.path.exists(signal_path(self.folder, self.batch_id))
+        """Whether the driver cut this batch (in an executor: a ``stat``, or a request)."""
+        return is_cut(self.where, self.batch_id)
 
     def report(self, task: str, left: Mapping[tuple[str, int], int]) -> None:
         """``task`` left the records from these offsets (per topic, partition) on."""
         if left:
             self.reports.add({(self.batch_id, task, t, p): int(o)
                               for (t, p), o in left.items()})
-
-
-def signal_path(folder: str | Path, batch_id: int) -> Path:
-    """The file whose presence cuts batch ``batch_id``."""
-    return Path(folder) / f"cut-{batch_id}"
 
 
 def pieces_for(batch_s: float) -> int:

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.slow
 APP = """
 import json
 import os
+import time
 
 import pandas as pd
 
@@ -41,6 +42,7 @@ import probe_helper
 
 
 def process(ctx, rows):
+    time.sleep(0.004 * len(rows))  # 4 ms of work per record: batches take seconds
     return pd.DataFrame({"key": list(rows["key"]), "value": [
         json.dumps({"key": k.decode(), "seq": int(v), "task": ctx.task_name,
                     "processor": ctx.processor_id, "version": ctx.version,
@@ -79,7 +81,8 @@ def cluster_worker(tmp: Path, cluster: SparkCluster, url: str, kafka: LocalKafka
         [str(Path(sys.executable).parent / "coxswain"), "worker", "--coordinator", url,
          "--app", "probe_app:process", "--api", "task", "--output-topic", output,
          "--kafka-bootstrap", kafka.bootstrap, "--processor-id", pid,
-         "--max-offsets-per-trigger", "400", "--spark-master", cluster.master_url,
+         "--target-batch-ms", "4000", "--max-offsets-per-trigger", "100000",
+         "--spark-master", cluster.master_url,
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=512m",
          "--conf", "spark.cores.max=1", *extra],
         cwd=tmp / "app", stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -89,21 +92,24 @@ def cluster_worker(tmp: Path, cluster: SparkCluster, url: str, kafka: LocalKafka
 def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_nothing(
     start_server: StartServer, kafka: LocalKafka, cluster: SparkCluster, tmp_path: Path
 ) -> None:
-    """Two Coxswain workers, each its own cluster application with one executor core; the
-    app ships itself and its helper (--py-files); a rescale 1 -> 4 -> 1 while producing,
-    with a Spark worker killed -9 (one application loses its only executor) and another
-    added meanwhile."""
+    """Two Coxswain workers, each its own cluster application with one executor core,
+    saturated (4 ms per record, 4 s batches); the app ships itself and its helper
+    (--py-files); a rescale 1 -> 4 -> 1 while producing, the first change mid-batch (cut
+    short through the driver's HTTP signal), with a Spark worker killed -9 (one
+    application loses its only executor) and another added meanwhile."""
     _, helper = app_folders(tmp_path)
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
-    producing.send(600)
+    producing.send(1500)
     server = coordinator_for(start_server, kafka, topic)
     workers = {pid: cluster_worker(tmp_path, cluster, server.url, kafka, output, pid,
                                    "--py-files", str(helper / "probe_helper.py"))
                for pid in ("w0", "w1")}
     try:
-        wait_output(kafka, output, producing.total)
         with server.client() as c:
+            while len(read_all(kafka, output)) < 300:  # mid-backlog: both in a batch
+                assert all(w.poll() is None for w in workers.values())
+                time.sleep(0.5)
             assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
             for _ in range(4):
                 producing.send(100)
@@ -141,9 +147,11 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
     outside = [r["cwd"] for r in records if not r["cwd"].startswith(work_dirs)]
     assert not outside, outside[:3]
     assert any(r["cwd"].startswith(str(cluster.work_dir(2))) for r in records)
-    for pid in workers:
-        log = (tmp_path / f"{pid}.log").read_text()
+    logs = [(tmp_path / f"{pid}.log").read_text() for pid in workers]
+    for log in logs:
         assert "shipped to the executors: probe_app.py, probe_helper.py" in log
+        assert "cannot read the driver's cut signals" not in log
+    assert any("cut short" in log for log in logs)  # the executors read the HTTP signal
     with server.client() as c:  # both left
         assert c.get("/processors").json() == []
 

@@ -11,7 +11,8 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.cuts import CutPlan, CutReports, of_batch, piece_bounds, pieces_for, signal_path
+from worker.cut_signals import signal_path
+from worker.cuts import CutPlan, CutReports, of_batch, piece_bounds, pieces_for
 from worker.runtime.contexts import TaskContext
 from worker.runtime.task_api import _partition_runner
 

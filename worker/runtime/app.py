@@ -31,6 +31,8 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from worker.cut_signals import unreachable
+
 log = logging.getLogger("coxswain.worker")
 
 #: what ``--py-files`` takes, as spark-submit does
@@ -140,16 +142,27 @@ def zip_package(package: Path, folder: Path) -> Path:
     return target
 
 
-def check_on_executors(spark: SparkSession, module: str, function: str) -> None:
+def check_on_executors(spark: SparkSession, module: str, function: str,
+                       signals: str | None = None) -> None:
     """Import ``module`` in one Python worker per core of the executors, the kind
     ``process_task`` runs in (pandas and pyarrow loaded: they stay warm for the first
     batch). An executor that cannot import it reports the error instead of failing its
-    Spark task, so Spark does not retry it: :class:`AppError` in seconds, naming the host."""
+    Spark task, so Spark does not retry it: :class:`AppError` in seconds, naming the host.
+    Executors that cannot read the driver's cut ``signals`` are logged (a warning: such
+    batches are never cut short, which is correct, only slower to hand over)."""
     started = time.monotonic()
     cores = max(1, spark.sparkContext.defaultParallelism)
     rows = (spark.range(cores, numPartitions=cores)
-            .mapInPandas(_import_here(module, function), "host string, error string")
+            .mapInPandas(_import_here(module, function, signals),
+                         "host string, error string, signals string")
             .collect())
+    blind = [r for r in rows if r["signals"]]
+    if blind:
+        log.warning("%d of %d executor Python workers cannot read the driver's cut signals "
+                    "at %s (on %s: %s): their batches are not cut short, so a handover "
+                    "waits for the batch in flight (reach the driver from the executors, "
+                    "spark.driver.host)", len(blind), len(rows), signals, blind[0]["host"],
+                    blind[0]["signals"])
     failures = [r for r in rows if r["error"]]
     if failures:
         raise AppError(
@@ -163,7 +176,7 @@ def check_on_executors(spark: SparkSession, module: str, function: str) -> None:
              time.monotonic() - started)
 
 
-def _import_here(module: str, function: str
+def _import_here(module: str, function: str, signals: str | None
                  ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for _ in batches:
@@ -175,6 +188,8 @@ def _import_here(module: str, function: str
                 error = f"{module} has no function {function}"
         except Exception as e:  # reported to the driver, not raised
             error = traceback.format_exception_only(type(e), e)[-1].strip()
-        yield pd.DataFrame({"host": [socket.gethostname()], "error": [error]})
+        blind = unreachable(signals) if signals else ""
+        yield pd.DataFrame({"host": [socket.gethostname()], "error": [error],
+                            "signals": [blind]})
 
     return run

@@ -18,7 +18,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +27,8 @@ from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
-from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, signal_path
+from worker.cut_signals import CutSignals
+from worker.cuts import CutPlan, CutReports, of_batch, pieces_for
 from worker.kafka_source import readers_of
 from worker.plan import QueryPlan, sql_string
 from worker.running import (
@@ -68,7 +68,7 @@ class BatchRunner:
                  publish: Callable[[Running], None], size: BatchSize | None = None,
                  batch_offsets: Callable[[int], dict[str, Any] | None] = lambda _: None,
                  set_limit: Callable[[int | None], None] = lambda _: None,
-                 cut_folder: Path | None = None) -> None:
+                 cut_signals: CutSignals | None = None) -> None:
         self._spark = spark
         self._process = process
         self._client = client
@@ -98,8 +98,8 @@ class BatchRunner:
         if size is not None:
             self._issue(size.limit)
         # a change of the running tasks cuts the Kafka batch in flight short
-        # (``worker.cuts``): the signal's folder, the batch to cut, the reports
-        self._cut_folder = cut_folder
+        # (``worker.cuts``): the signals, the batch to cut, the reports
+        self._signals = cut_signals
         self._cuttable: int | None = None
         self._cut_lock = threading.Lock()
         self._reports: Any = None  # the accumulator, made with the first cuttable batch
@@ -142,10 +142,10 @@ class BatchRunner:
         """Cut the batch in flight short, if it can be (its tasks stop before their next
         piece of rows; what they did is committed)."""
         with self._cut_lock:
-            if self._cuttable is None or self._cut_folder is None:
+            if self._cuttable is None or self._signals is None:
                 return
             try:
-                signal_path(self._cut_folder, self._cuttable).touch()
+                self._signals.cut(self._cuttable)
             except OSError as e:  # the batch then ends as it would have
                 log.warning("batch %d: not cut (%s)", self._cuttable, e)
 
@@ -353,11 +353,11 @@ class BatchRunner:
         return bool(left)
 
     def _cut_plan(self, batch_id: int) -> CutPlan | None:
-        """Batch ``batch_id``'s cut plan (None: the worker has no folder for signals).
+        """Batch ``batch_id``'s cut plan (None: the worker has no channel for signals).
         A batch planned before a change of the running tasks, or starting while one
         waits for it, is cut as it starts (a change queued before ``_cuttable`` is set
         finds no batch to cut, so the batch looks for it)."""
-        if self._cut_folder is None:
+        if self._signals is None:
             return None
         if self._reports is None:
             self._reports = self._spark.sparkContext.accumulator({}, CutReports())
@@ -368,14 +368,14 @@ class BatchRunner:
                  and self._planned_under < self.running.source.version)
         if stale or self.boundary.waiting:
             self._cut()
-        return CutPlan(str(self._cut_folder), batch_id, pieces_for(batch_s), self._reports)
+        return CutPlan(self._signals.where, batch_id, pieces_for(batch_s), self._reports)
 
     def _uncut(self, batch_id: int) -> None:
         """Batch ``batch_id`` is over: nothing cuts it any more."""
-        assert self._cut_folder is not None
+        assert self._signals is not None
         with self._cut_lock:
             self._cuttable = None
-            signal_path(self._cut_folder, batch_id).unlink(missing_ok=True)
+            self._signals.clear(batch_id)
 
     # -- the backlog, for the autosizer
 

@@ -56,11 +56,9 @@ class SourceQuery:
 
     @property
     def cut_folder(self) -> Path:
-        """Where the driver signals its executors to cut a batch short (``worker.cuts``;
-        a ``local[N]`` worker's executors share its disk)."""
-        folder = self._root / "cuts"
-        folder.mkdir(exist_ok=True)
-        return folder
+        """Where the driver signals its executors to cut a batch short on a local master
+        (``worker.cut_signals``: its executors share its disk)."""
+        return self._root / "cuts"
 
     @property
     def query(self) -> Any:

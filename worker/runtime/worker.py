@@ -23,6 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from worker import batch_size
 from worker.client import CoordinatorClient, Fenced, LeaseLost
+from worker.cut_signals import CutSignals, FolderSignals, HttpSignals
+from worker.runtime.app import is_local_master
 from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
@@ -37,7 +39,8 @@ class Worker:
     """Runs one processor until :meth:`stop`."""
 
     def __init__(self, config: WorkerConfig, process_batch: ProcessBatch,
-                 spark: SparkSession, client: CoordinatorClient | None = None) -> None:
+                 spark: SparkSession, client: CoordinatorClient | None = None,
+                 cut_signals: CutSignals | None = None) -> None:
         self.config = config
         self._client = client or CoordinatorClient(config.coordinator, config.token)
         self._stop = threading.Event()
@@ -46,6 +49,9 @@ class Worker:
         self._states = TaskStates(config.state) if config.state is not None else None
         # the query hands batches to the runner, which steers the query's batch size
         self._query = SourceQuery(spark, config, self._on_batch)
+        # how the driver tells executors a batch is cut (``worker.cut_signals``): files
+        # where they share its disk, else its HTTP answer
+        self._signals = cut_signals or default_signals(spark, config, self._query)
         # a fenced commit ends this lease as a lost one does: register again
         self._runner = BatchRunner(
             spark, process_batch, self._client, self._states,
@@ -53,7 +59,7 @@ class Worker:
             config.trigger_interval_s, lambda: self.processor_id, self._query.apply,
             batch_size.start(config.target_batch_s or batch_size.default_target_s(config.api),
                              config.max_offsets_per_trigger),
-            self._query.batch_offsets, self._query.limit, self._query.cut_folder)
+            self._query.batch_offsets, self._query.limit, self._signals)
         self._keeper: StateKeeper | None = None
         self._left = False
 
@@ -81,6 +87,7 @@ class Worker:
             self._hand_over_everything("stopped")
             self._leave()
             self._query.stop()
+            self._signals.close()
             self._client.close()
 
     def _leave(self) -> None:
@@ -170,3 +177,12 @@ class Worker:
             stats["stateRestores"] = {t: restores[t] for t in names if t in restores}
             stats["stateBytes"] = self._states.sizes(names)
         return stats
+
+
+def default_signals(spark: SparkSession, config: WorkerConfig, query: SourceQuery
+                    ) -> CutSignals:
+    """Files in the query's folder on a local master; else served over HTTP at the
+    address the executors reach the driver at."""
+    if is_local_master(config.spark_master):
+        return FolderSignals(query.cut_folder)
+    return HttpSignals(spark.conf.get("spark.driver.host") or "127.0.0.1")
