@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -434,14 +435,14 @@ def _worker(args: argparse.Namespace) -> None:
     if args.stateful:
         if args.api != "task":
             raise SystemExit("coxswain: --stateful needs --api task (state lives per task)")
-        if not is_local_master(args.spark_master):
-            # executors on other hosts would open, snapshot and restore task state on
-            # their own disks while the driver backs up its own: counts silently wrong
+        if not is_local_master(args.spark_master) and not args.blob_store:
+            # the default store is a folder beside the driver's state dir, which
+            # executors on other hosts never see
             raise SystemExit(
-                f"coxswain: --stateful runs on a local Spark master only (local[N]), not "
-                f"{args.spark_master}: task state lives on the driver's disk, which "
-                "executors on other hosts do not see. Run stateful workers with "
-                "--spark-master local[N], or this job without --stateful")
+                f"coxswain: --stateful on a cluster master ({args.spark_master}) needs "
+                "--blob-store: the executors keep task state and back it up there, so "
+                "every executor host must reach it (s3://BUCKET/PREFIX, or file:///DIR "
+                "on a folder every host mounts at the same path)")
         if args.blob_gc_grace_s <= 0:
             raise SystemExit("coxswain: --blob-gc-grace-s must be positive: blobs of a "
                              "backup still uploading are kept for that long")
@@ -466,7 +467,8 @@ def _worker(args: argparse.Namespace) -> None:
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
-        kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"))
+        kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
+        executor_state_dir=args.executor_state_dir)
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
@@ -492,8 +494,12 @@ def _worker(args: argparse.Namespace) -> None:
         if (args.api == "task" or not is_local_master(args.spark_master)) \
                 and not stop.is_set():
             try:
-                check_on_executors(spark, module, args.app.partition(":")[2],
-                                   None if signals is None else signals.where)
+                hosts = check_on_executors(spark, module, args.app.partition(":")[2],
+                                           None if signals is None else signals.where)
+                if signals is not None and not args.location and len(hosts) == 1:
+                    # the tasks' state lives where they run: that host is the location
+                    # host affinity weighs (one executor host: an application per worker)
+                    config = dataclasses.replace(config, location=hosts[0])
             except AppError as e:
                 raise SystemExit(f"coxswain worker: {e}") from None
             except Exception:
@@ -644,7 +650,12 @@ def parser() -> argparse.ArgumentParser:
                    help="process_task keeps per-key state (ctx.state) in RocksDB under "
                         "--state-dir, backed up to --blob-store and restored where tasks go")
     w.add_argument("--state-dir", default="./coxswain-state",
-                   help="this processor's task state (with --stateful)")
+                   help="this processor's task state (with --stateful, on local[N])")
+    w.add_argument("--executor-state-dir", default="coxswain-state",
+                   help="on a cluster master, where each executor keeps the state of the "
+                        "tasks it runs, on its own host (relative: under the executor's "
+                        "own folder, gone with the application; an absolute path keeps it "
+                        "for the next application on that host)")
     w.add_argument("--blob-store", help="file:///DIR or s3://BUCKET[/PREFIX] for state "
                    "backups (default: file://<state dir>/../coxswain-blobs)")
     w.add_argument("--blob-store-endpoint", help="an S3-compatible service's URL "

@@ -66,6 +66,14 @@ class SparkCluster:
                    f"Spark worker {index}", timeout_s)
         return index
 
+    def alive(self) -> list[int]:
+        """Indexes of the Spark workers started and not killed, oldest first."""
+        return [i for i, proc in enumerate(self.procs[1:]) if proc.pid not in self.killed]
+
+    def work_dirs(self) -> tuple[str, ...]:
+        """Every Spark worker's work folder so far."""
+        return tuple(str(self.work_dir(i)) for i in range(len(self.procs) - 1))
+
     def kill_worker(self, index: int) -> None:
         """kill -9 of Spark worker ``index`` and its executors (a host lost)."""
         proc = self.procs[index + 1]

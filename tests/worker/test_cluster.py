@@ -10,12 +10,14 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from service.local.kafka import LocalKafka
+from service.local.s3 import CREDENTIALS, LocalS3
 from tests.infra.spark_cluster import SparkCluster
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
@@ -39,6 +41,19 @@ import time
 import pandas as pd
 
 import probe_helper
+
+
+def count(ctx, rows):  # with state: count == seq + 1 on every record when exact
+    time.sleep(0.004 * len(rows))
+    values = []
+    for k, v in zip(rows["key"], rows["value"]):
+        n = ctx.state.get(k, "count", 0) + 1
+        ctx.state.set(k, "count", n)
+        values.append(json.dumps({
+            "key": k.decode(), "seq": int(v), "count": n, "task": ctx.task_name,
+            "processor": ctx.processor_id, "version": ctx.version, "cwd": os.getcwd(),
+            "tag": probe_helper.TAG}))
+    return pd.DataFrame({"key": list(rows["key"]), "value": values})
 
 
 def process(ctx, rows):
@@ -71,15 +86,15 @@ def app_folders(tmp: Path) -> tuple[Path, Path]:
 
 
 def cluster_worker(tmp: Path, cluster: SparkCluster, url: str, kafka: LocalKafka,
-                   output: str, pid: str, *extra: str, env: dict[str, str] | None = None
-                   ) -> subprocess.Popen[bytes]:
+                   output: str, pid: str, *extra: str, env: dict[str, str] | None = None,
+                   app: str = "probe_app:process") -> subprocess.Popen[bytes]:
     """``coxswain worker`` (the installed command) started in the app's folder, its
     driver on loopback, one executor core of ``cluster``."""
     log = (tmp / f"{pid}.log").open("ab")
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "coxswain"), "worker", "--coordinator", url,
-         "--app", "probe_app:process", "--api", "task", "--output-topic", output,
+         "--app", app, "--api", "task", "--output-topic", output,
          "--kafka-bootstrap", kafka.bootstrap, "--processor-id", pid,
          "--target-batch-ms", "4000", "--max-offsets-per-trigger", "100000",
          "--spark-master", cluster.master_url,
@@ -89,22 +104,39 @@ def cluster_worker(tmp: Path, cluster: SparkCluster, url: str, kafka: LocalKafka
         env={**environment, **(env or {})})
 
 
+@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
 def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_nothing(
-    start_server: StartServer, kafka: LocalKafka, cluster: SparkCluster, tmp_path: Path
+    start_server: StartServer, kafka: LocalKafka, cluster: SparkCluster,
+    s3_server: LocalS3, tmp_path: Path, stateful: bool,
 ) -> None:
     """Two Coxswain workers, each its own cluster application with one executor core,
     saturated (4 ms per record, 4 s batches); the app ships itself and its helper
     (--py-files); a rescale 1 -> 4 -> 1 while producing, the first change mid-batch (cut
     short through the driver's HTTP signal), with a Spark worker killed -9 (one
-    application loses its only executor) and another added meanwhile."""
+    application loses its only executor) and another added meanwhile. Stateful: the
+    counting app, its state kept by the executors (each Spark worker's folder private)
+    and backed up to an S3 API server; every count exact."""
     _, helper = app_folders(tmp_path)
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(1500)
-    server = coordinator_for(start_server, kafka, topic)
+    server = coordinator_for(start_server, kafka, topic,
+                             *(["--stateful"] if stateful else []))
+    state: list[str] = []
+    if stateful:
+        bucket = f"b-{uuid.uuid4().hex[:10]}"
+        s3_server.create_bucket(bucket)
+        state = ["--stateful", "--blob-store", f"s3://{bucket}/cluster",
+                 "--blob-store-endpoint", s3_server.endpoint,
+                 *(a for k, v in CREDENTIALS.items()
+                   for a in ("--conf", f"spark.executorEnv.{k}={v}"))]
     workers = {pid: cluster_worker(tmp_path, cluster, server.url, kafka, output, pid,
-                                   "--py-files", str(helper / "probe_helper.py"))
+                                   "--py-files", str(helper / "probe_helper.py"),
+                                   "--state-dir", str(tmp_path / f"driver-state-{pid}"),
+                                   *state, app="probe_app:count" if stateful
+                                   else "probe_app:process")
                for pid in ("w0", "w1")}
+    victim = cluster.alive()[0]
     try:
         with server.client() as c:
             while len(read_all(kafka, output)) < 300:  # mid-backlog: both in a batch
@@ -114,11 +146,11 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
             for _ in range(4):
                 producing.send(100)
                 time.sleep(0.5)
-            cluster.kill_worker(0)  # a host lost, mid-run: an application's only executor
+            cluster.kill_worker(victim)  # a host lost, mid-run: an application's executor
             for _ in range(4):
                 producing.send(100)
                 time.sleep(0.5)
-            cluster.add_worker()  # its application gets an executor there
+            added = cluster.add_worker()  # its application gets an executor there
             wait_output(kafka, output, producing.total)
             assert c.post("/scale", json={"elasticityFactor": 1}).status_code == 202
             for _ in range(4):
@@ -137,16 +169,22 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
         seqs = [r["seq"] for r in rs]
         assert seqs == sorted(seqs), (key, seqs[:20])
     # duplicates only of what the lost executor had processed (its tasks run again)
-    lost = str(cluster.work_dir(0))
+    lost = str(cluster.work_dir(victim))
     assert all(d["cwd"].startswith(lost) for d in duplicated), duplicated[:3]
+    if stateful:
+        wrong = [r for r in records if r["count"] != r["seq"] + 1]
+        assert not wrong, wrong[:5]  # exact state, duplicates included
+        # kept where the tasks ran: in the executors' folders, none on the drivers'
+        held = [p for d in cluster.work_dirs() for p in Path(d).rglob("live.base")]
+        assert held, "no task state in the executors' folders"
+        assert not any((tmp_path / f"driver-state-{pid}").exists() for pid in workers)
     assert {r["tag"] for r in records} == {"helped"}
     assert {r["processor"] for r in records} == {"w0", "w1"}
     assert len({r["version"] for r in records}) >= 3  # factors 1, 4 and 1 again
     # run by the executors, in the Spark workers' folders, never by the drivers
-    work_dirs = tuple(str(cluster.work_dir(i)) for i in range(cluster.workers + 1))
-    outside = [r["cwd"] for r in records if not r["cwd"].startswith(work_dirs)]
+    outside = [r["cwd"] for r in records if not r["cwd"].startswith(cluster.work_dirs())]
     assert not outside, outside[:3]
-    assert any(r["cwd"].startswith(str(cluster.work_dir(2))) for r in records)
+    assert any(r["cwd"].startswith(str(cluster.work_dir(added))) for r in records)
     logs = [(tmp_path / f"{pid}.log").read_text() for pid in workers]
     for log in logs:
         assert "shipped to the executors: probe_app.py, probe_helper.py" in log

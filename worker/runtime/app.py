@@ -143,13 +143,14 @@ def zip_package(package: Path, folder: Path) -> Path:
 
 
 def check_on_executors(spark: SparkSession, module: str, function: str,
-                       signals: str | None = None) -> None:
+                       signals: str | None = None) -> list[str]:
     """Import ``module`` in one Python worker per core of the executors, the kind
     ``process_task`` runs in (pandas and pyarrow loaded: they stay warm for the first
     batch). An executor that cannot import it reports the error instead of failing its
     Spark task, so Spark does not retry it: :class:`AppError` in seconds, naming the host.
     Executors that cannot read the driver's cut ``signals`` are logged (a warning: such
-    batches are never cut short, which is correct, only slower to hand over)."""
+    batches are never cut short, which is correct, only slower to hand over). Returns
+    the executors' hosts."""
     started = time.monotonic()
     cores = max(1, spark.sparkContext.defaultParallelism)
     rows = (spark.range(cores, numPartitions=cores)
@@ -171,9 +172,10 @@ def check_on_executors(spark: SparkSession, module: str, function: str,
             f"{failures[0]['error']}). Ship what it needs with --py-files (a .py file, or a "
             ".zip of a package), or install it on every executor host for the interpreter "
             "the executors run (--executor-python)")
+    hosts = sorted({str(r["host"]) for r in rows})
     log.info("the app imports on the executors (%d Python workers on %s) in %.1fs",
-             len(rows), ", ".join(sorted({r["host"] for r in rows})),
-             time.monotonic() - started)
+             len(rows), ", ".join(hosts), time.monotonic() - started)
+    return hosts
 
 
 def _import_here(module: str, function: str, signals: str | None

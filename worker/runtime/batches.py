@@ -45,7 +45,8 @@ from worker.runtime.boundary import BatchBoundary
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.task_api import placed_by_reads
 from worker.source_plan import split_key
-from worker.state.tasks import TaskStates, new_checkpoint_id
+from worker.state.remote import ExecutorStates, StateKeeping
+from worker.state.tasks import new_checkpoint_id
 
 log = logging.getLogger("coxswain.worker")
 
@@ -63,7 +64,8 @@ class BatchRunner:
     """The running tasks, what each has done, the commits, and the batch callback."""
 
     def __init__(self, spark: SparkSession, process: ProcessBatch, client: CoordinatorClient,
-                 states: TaskStates | None, lease_over: threading.Event, max_commit_delay_s: float,
+                 states: StateKeeping | None, lease_over: threading.Event,
+                 max_commit_delay_s: float,
                  trigger_interval_s: float, processor_id: Callable[[], str],
                  publish: Callable[[Running], None], size: BatchSize | None = None,
                  batch_offsets: Callable[[int], dict[str, Any] | None] = lambda _: None,
@@ -319,13 +321,20 @@ class BatchRunner:
                                  self._spark.sparkContext.defaultParallelism,
                                  max(with_rows.values(), default=0))
         cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
+        # on a cluster master each task's state is kept by the executor that runs it
+        kept_there = isinstance(states, ExecutorStates) and checkpoint_id is not None
+        executor_state = states.plan(batch_id, checkpoint_id, tasks) \
+            if isinstance(states, ExecutorStates) and checkpoint_id is not None else None
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
-                str(states.state_dir) if states else None, checkpoint_id, placed, cut))
+                str(states.state_dir) if states and not kept_there else None,
+                checkpoint_id, placed, cut, executor_state))
         finally:
             if cut is not None:
                 self._uncut(batch_id)
+        if isinstance(states, ExecutorStates) and checkpoint_id is not None:
+            states.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
         left = of_batch(self._reports.value, batch_id) if cut is not None else {}
         if left:
             self._reports.value = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.cuts import CutPlan
+from worker.state.executor import ExecutorStatePlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
 
@@ -47,6 +48,9 @@ class WorkerConfig:
     state: StateConfig | None = None  # process_task keeps per-key state (ctx.state)
     kinesis_endpoint: str | None = None  # Kinesis inputs: the API endpoint (default AWS's)
     kinesis_region: str | None = None
+    # a cluster master's executors keep task state here, on their hosts (relative: under
+    # each executor's own folder)
+    executor_state_dir: str = "coxswain-state"
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ class BatchContext:
     # ``process_task`` runs each task's rows a piece at a time and stops where the batch
     # is cut (``worker.cuts``; Kafka input): None runs every task's rows in one call
     cut: CutPlan | None = None
+    # a cluster master: each task's state is kept by the executor that runs it
+    # (``worker.state.executor``), not on the driver's disk (``state_dir`` is None)
+    executor_state: ExecutorStatePlan | None = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

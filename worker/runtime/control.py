@@ -15,7 +15,7 @@ from typing import Any
 
 from grouping.task_names import parse_standby_task_name
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
-from worker.state.tasks import TaskStates
+from worker.state.remote import StateKeeping
 
 log = logging.getLogger("coxswain.worker")
 
@@ -146,7 +146,7 @@ class StateKeeper:
     heartbeats (a download must never delay a heartbeat), and collects the blob store
     when the coordinator names this processor the collector."""
 
-    def __init__(self, states: TaskStates, client: CoordinatorClient, processor_id: str,
+    def __init__(self, states: StateKeeping, client: CoordinatorClient, processor_id: str,
                  interval_s: float, lease_over: threading.Event,
                  actives: Callable[[], list[str]],
                  model: Callable[[], dict[str, Any] | None]) -> None:

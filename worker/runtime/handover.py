@@ -28,7 +28,8 @@ from worker.running import only
 from worker.runtime.batches import BatchRunner
 from worker.runtime.control import ModelFollower
 from worker.runtime.query import SourceQuery
-from worker.state.tasks import TaskStates, restore_groups
+from worker.state.remote import StateKeeping
+from worker.state.tasks import restore_groups
 
 log = logging.getLogger("coxswain.worker")
 
@@ -67,7 +68,7 @@ class Handover:
     """Applies each job model to the running tasks."""
 
     def __init__(self, client: CoordinatorClient, processor_id: str, runner: BatchRunner,
-                 query: SourceQuery, states: TaskStates | None, follower: ModelFollower,
+                 query: SourceQuery, states: StateKeeping | None, follower: ModelFollower,
                  commit_wait_s: float) -> None:
         self._client = client
         self._pid = processor_id
@@ -179,7 +180,7 @@ class Handover:
                 self._restoring[name] = future
 
     @staticmethod
-    def _restore(states: TaskStates, plan: QueryPlan, group: set[str],
+    def _restore(states: StateKeeping, plan: QueryPlan, group: set[str],
                  checkpoints: dict[str, Any], keep: set[str]) -> QueryPlan:
         states.restore(checkpoints, keep)
         return only(plan, group)

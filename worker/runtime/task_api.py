@@ -5,6 +5,7 @@ rows it returns written to Kafka."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
@@ -15,8 +16,9 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
 from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
+from worker.state.executor import ExecutorStatePlan, executor_task_state
 from worker.state.store import TaskStore
-from worker.state.tasks import run_with_state, task_state
+from worker.state.tasks import task_state
 
 log = logging.getLogger("coxswain.worker")
 
@@ -53,7 +55,7 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
     placed = df if ctx.tasks_placed else place_tasks(df, ctx)
     return placed.mapInPandas(
         _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id,
-                          ctx.cut),
+                          ctx.cut, ctx.executor_state),
         OUTPUT_SCHEMA)
 
 
@@ -100,6 +102,7 @@ def place_tasks(df: DataFrame, ctx: BatchContext) -> DataFrame:
 def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                       state_dir: str | None = None, checkpoint_id: str | None = None,
                       cut: CutPlan | None = None,
+                      executor_state: ExecutorStatePlan | None = None,
                       ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         frames = [b for b in batches if len(b)]
@@ -114,7 +117,7 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
             for name, unordered in rows.groupby("taskName", sort=True)]
         if cut is not None:
             yield from _pieces(fn, processor_id, version, state_dir, checkpoint_id, cut,
-                               tasks)
+                               tasks, executor_state)
             return
         for name, task_rows in tasks:
             def call(store: Callable[[], TaskStore], name: str = name,
@@ -122,7 +125,8 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                 return fn(TaskContext(processor_id, version, name, store),
                           these.reset_index(drop=True))
 
-            out = run_with_state(state_dir, name, checkpoint_id, call)
+            with _state(name, state_dir, checkpoint_id, executor_state) as store:
+                out = call(store)
             if out is not None and len(out):
                 yield _encoded(out)
 
@@ -131,7 +135,8 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
 
 def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | None,
             checkpoint_id: str | None, cut: CutPlan,
-            tasks: list[tuple[str, pd.DataFrame]]) -> Iterator[pd.DataFrame]:
+            tasks: list[tuple[str, pd.DataFrame]],
+            executor_state: ExecutorStatePlan | None = None) -> Iterator[pd.DataFrame]:
     """Each task's rows a piece at a time, until the batch is cut (``worker.cuts``): the
     task in work stops before its next piece, the tasks after it do not start, and each
     reports the first offset it left. One piece always runs, so a batch cut as it
@@ -142,7 +147,7 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
         if stopped:
             cut.report(name, _first_offsets(task_rows))
             continue
-        with task_state(state_dir, name, checkpoint_id) as store:
+        with _state(name, state_dir, checkpoint_id, executor_state) as store:
             ctx = TaskContext(processor_id, version, name, store)
             for start, end in piece_bounds(len(task_rows), cut.pieces):
                 if worked and cut.is_cut():
@@ -153,6 +158,16 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
                 worked = True
                 if out is not None and len(out):
                     yield _encoded(out)
+
+
+def _state(task: str, state_dir: str | None, checkpoint_id: str | None,
+           executor_state: ExecutorStatePlan | None
+           ) -> contextlib.AbstractContextManager[Callable[[], TaskStore]]:
+    """``task``'s state for a batch: kept by this executor (a cluster master), or on the
+    driver's disk, which ``local[N]`` executors share."""
+    if executor_state is not None:
+        return executor_task_state(executor_state, task)
+    return task_state(state_dir, task, checkpoint_id)
 
 
 def _first_offsets(rows: pd.DataFrame) -> dict[tuple[str, int], int]:

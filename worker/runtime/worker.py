@@ -30,6 +30,7 @@ from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
 from worker.runtime.handover import Handover, NotAStatefulJob
 from worker.runtime.query import SourceQuery
+from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import TaskStates
 
 log = logging.getLogger("coxswain.worker")
@@ -46,7 +47,13 @@ class Worker:
         self._stop = threading.Event()
         self._over = threading.Event()  # this lease is over (lost, or a commit fenced)
         self.processor_id = config.processor_id or ""
-        self._states = TaskStates(config.state) if config.state is not None else None
+        # task state on the driver's disk, which local[N] executors share; on a cluster
+        # master, kept by the executors where the tasks run
+        self._states: StateKeeping | None = None
+        if config.state is not None:
+            self._states = TaskStates(config.state) if is_local_master(
+                config.spark_master) else ExecutorStates(config.state, spark,
+                                                         config.executor_state_dir)
         # the query hands batches to the runner, which steers the query's batch size
         self._query = SourceQuery(spark, config, self._on_batch)
         # how the driver tells executors a batch is cut (``worker.cut_signals``): files

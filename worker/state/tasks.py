@@ -366,8 +366,8 @@ class TaskStates:
         if not index_file.exists():
             return None
         index = SnapshotIndex.from_bytes(index_file.read_bytes())
-        mine = _offsets(index.input_offsets)
-        theirs = _offsets(checkpoint.get("inputOffsets") or ())
+        mine = key_space_offsets(index.input_offsets)
+        theirs = key_space_offsets(checkpoint.get("inputOffsets") or ())
         if not mine or set(mine) != set(theirs):
             return None
         if mine == theirs:
@@ -420,7 +420,7 @@ def _shard_input(entries: Sequence[Mapping[str, Any]]) -> bool:
     return any((e.get("ssp") or {}).get("system") == "kinesis" for e in entries)
 
 
-def _offsets(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], int]:
+def key_space_offsets(entries: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], int]:
     """Numeric offsets by (stream, partition, key bucket); unresolved ones are left out."""
     out: dict[tuple[str, int, int], int] = {}
     for entry in entries:
