@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,18 +131,32 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
                  "--blob-store-endpoint", s3_server.endpoint,
                  *(a for k, v in CREDENTIALS.items()
                    for a in ("--conf", f"spark.executorEnv.{k}={v}"))]
-    workers = {pid: cluster_worker(tmp_path, cluster, server.url, kafka, output, pid,
-                                   "--py-files", str(helper / "probe_helper.py"),
-                                   "--state-dir", str(tmp_path / f"driver-state-{pid}"),
-                                   *state, app="probe_app:count" if stateful
-                                   else "probe_app:process")
-               for pid in ("w0", "w1")}
+
+    def start(pid: str) -> subprocess.Popen[bytes]:
+        return cluster_worker(tmp_path, cluster, server.url, kafka, output, pid,
+                              "--py-files", str(helper / "probe_helper.py"),
+                              "--state-dir", str(tmp_path / f"driver-state-{pid}"), *state,
+                              app="probe_app:count" if stateful else "probe_app:process")
+
+    workers = {"w0": start("w0")}
     victim = cluster.alive()[0]
     try:
         with server.client() as c:
-            while len(read_all(kafka, output)) < 300:  # mid-backlog: both in a batch
-                assert all(w.poll() is None for w in workers.values())
+            while len(read_all(kafka, output)) < 300:  # mid-backlog: w0 in a batch
+                assert workers["w0"].poll() is None
                 time.sleep(0.5)
+            workers["w1"] = start("w1")  # joins: stateful, through warm-ups
+            while not any(r["processor"] == "w1" for r in read_all(kafka, output)):
+                assert all(w.poll() is None for w in workers.values())
+                producing.send(50)
+                time.sleep(1)
+            joined = restores_of(c, "w1") if stateful else {}
+            wait_output(kafka, output, producing.total)
+            # a backlog of seconds for both, and the change while they are in a batch
+            mark = len(read_all(kafka, output))
+            producing.send(2000)
+            while len(read_all(kafka, output)) < mark + 200:
+                time.sleep(0.3)
             assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
             for _ in range(4):
                 producing.send(100)
@@ -174,6 +189,9 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
     if stateful:
         wrong = [r for r in records if r["count"] != r["seq"] + 1]
         assert not wrong, wrong[:5]  # exact state, duplicates included
+        # w1's tasks moved once caught up: their state came from the copy its executor
+        # fetched as a warm-up (a refresh job), at most the last commits' files fetched
+        assert {r["source"] for r in joined.values()} <= {"local", "partial"}, joined
         # kept where the tasks ran: in the executors' folders, none on the drivers'
         held = [p for d in cluster.work_dirs() for p in Path(d).rglob("live.base")]
         assert held, "no task state in the executors' folders"
@@ -190,8 +208,23 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
         assert "shipped to the executors: probe_app.py, probe_helper.py" in log
         assert "cannot read the driver's cut signals" not in log
     assert any("cut short" in log for log in logs)  # the executors read the HTTP signal
+    print(f"{len(records)} records, {len(duplicated)} duplicates")
     with server.client() as c:  # both left
         assert c.get("/processors").json() == []
+
+
+def restores_of(c: Any, pid: str) -> dict[str, Any]:
+    """Processor ``pid``'s restores (task -> how its state came), once its heartbeats
+    name some."""
+    deadline = time.monotonic() + 60
+    while True:
+        stats = {p["processorId"]: p.get("stats") or {}
+                 for p in c.get("/status").json()["processors"]}
+        restores = stats.get(pid, {}).get("stateRestores")
+        if restores:
+            return dict(restores)
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.5)
 
 
 def test_an_app_the_executors_cannot_import_stops_the_worker_before_it_registers(

@@ -127,10 +127,12 @@ class ExecutorStates:
                 self._bases[task] = TaskBase(report.checkpoint_id, report.marker,
                                              committed_marker=self._committed.get(task))
                 self._sizes[task] = report.state_bytes
-                self.restores[task] = {
-                    "source": report.restore, "bytes": report.restore_bytes,
-                    "seconds": report.seconds, "host": report.host,
-                    "uploadedBytes": report.uploaded_bytes}
+                if report.restore != "kept" or task not in self.restores:
+                    # the last time the state came from elsewhere (the stats' restores)
+                    count = int(self.restores.get(task, {}).get("count", 0)) + 1
+                    self.restores[task] = {
+                        "source": report.restore, "bytes": report.restore_bytes,
+                        "seconds": report.seconds, "host": report.host, "count": count}
             if reports:
                 self._reported[checkpoint_id] = reports
         return reports
