@@ -81,7 +81,9 @@ class ExecutorStates:
         # checkpoint id -> the snapshots its batch reported (task -> report), until the
         # commit that names them is acknowledged
         self._reported: dict[str, dict[str, Report]] = {}
-        self._reports: Any = None  # the accumulator
+        # made here, once: two made by racing threads (a batch, a standby refresh) would
+        # lose one's reports, and a task's commit would carry new offsets with old state
+        self._reports: Any = spark.sparkContext.accumulator({}, StateReports())
         self._fetched: dict[str, tuple[str, dict[tuple[str, int, int], int]]] = {}
         self.restores: dict[str, dict[str, Any]] = {}
         self._sizes: dict[str, int] = {}
@@ -104,8 +106,6 @@ class ExecutorStates:
     def plan(self, batch_id: int, checkpoint_id: str, tasks: Sequence[str]
              ) -> ExecutorStatePlan:
         """What batch ``batch_id``'s Spark tasks need for ``tasks``' state."""
-        if self._reports is None:
-            self._reports = self._spark.sparkContext.accumulator({}, StateReports())
         with self._lock:
             bases = {t: self._bases.get(t, TaskBase()) for t in tasks}
         return ExecutorStatePlan(self.executor_state_dir, self.config.blob_store,
@@ -116,8 +116,6 @@ class ExecutorStates:
     def batch_done(self, batch_id: int, checkpoint_id: str) -> dict[str, Report]:
         """Take batch ``batch_id``'s reports: each reporting task's next batch starts
         from the snapshot it reported, and the commit of ``checkpoint_id`` names it."""
-        if self._reports is None:
-            return {}
         reports = {task: r for (b, task), r in self._reports.value.items() if b == batch_id}
         if reports:
             self._reports.value = {k: v for k, v in self._reports.value.items()
