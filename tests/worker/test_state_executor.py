@@ -21,6 +21,7 @@ from worker.state.executor import (
     executor_task_state,
     held_base,
 )
+from worker.state.remote import base_of
 from worker.state.snapshot import task_dir
 from worker.state.tasks import new_checkpoint_id
 
@@ -144,3 +145,22 @@ def test_a_task_whose_code_never_opens_its_state_reports_nothing(tmp_path: Path)
         pass
     assert reports.value == {}
     assert not (tmp_path / "a").exists() or not any((tmp_path / "a").rglob("live"))
+
+
+def test_a_tasks_first_base_comes_from_its_resolved_checkpoint() -> None:
+    marker = {"stateCheckpointMarkers": {"blob": {"state": "indexes/t/1-0.json"}}}
+    own = {"checkpointId": "1-0", **marker}
+    assert base_of(TASK, {}) == TaskBase()  # nothing committed: empty
+    assert base_of(TASK, own) == TaskBase("1-0", "indexes/t/1-0.json",
+                                          committed_marker="indexes/t/1-0.json")
+    # --stateful coordinators name the sources: the task's own whole snapshot ...
+    whole = {"taskName": TASK, "checkpointId": "2-0", **marker, "elasticityFactor": 2,
+             "keyBuckets": [1], "nullKeys": False}
+    base = base_of(TASK, {"stateSources": [whole]})
+    assert (base.checkpoint_id, base.marker, base.sources) == ("2-0", "indexes/t/1-0.json", ())
+    # ... or other tasks' parts to compose (a split's child), or none at all
+    parent = {**whole, "taskName": "Partition 0", "elasticityFactor": 1, "keyBuckets": [0]}
+    composed = base_of(TASK, {"stateSources": [parent]})
+    assert composed.sources == (parent,) and composed.key.startswith("composed-")
+    assert composed.key == base_of(TASK, {"stateSources": [dict(parent)]}).key  # stable
+    assert base_of(TASK, {"stateSources": []}) == TaskBase()
