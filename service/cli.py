@@ -500,6 +500,15 @@ def _worker(args: argparse.Namespace) -> None:
                     # the tasks' state lives where they run: that host is the location
                     # host affinity weighs (one executor host: an application per worker)
                     config = dataclasses.replace(config, location=hosts[0])
+                executors = len(spark.sparkContext.statusTracker().getExecutorInfos()) - 1
+                if args.stateful and signals is not None and executors > 1:
+                    # Python data sources name no preferred locations: nothing keeps a
+                    # task on the executor that holds its state
+                    logging.getLogger("coxswain.worker").warning(
+                        "%d executors: a task may run on another one from batch to batch "
+                        "and restore its state there (correct, slower); run one executor "
+                        "per stateful worker (spark.cores.max = the executor's cores) to "
+                        "keep each task's state where it runs", executors)
             except AppError as e:
                 raise SystemExit(f"coxswain worker: {e}") from None
             except Exception:
