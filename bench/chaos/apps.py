@@ -30,7 +30,7 @@ def record_with_pid(df: DataFrame, ctx: Any) -> None:
         producer.produce(os.environ["OUTPUT_TOPIC"], key=r["key"], value=json.dumps({
             "key": r["key"].decode(), "seq": int(r["value"]), "processor": ctx.processor_id,
             "pid": os.getpid(), "version": ctx.version, "task": r["taskName"],
-            "partition": r["partition"], "at": now}).encode())
+            "partition": r["partition"], "offset": r["offset"], "at": now}).encode())
     producer.flush(60)
 
 
@@ -56,13 +56,14 @@ def worker_pid() -> int:
 def count_with_pid(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
     """process_task with state: per key a counter (and $CHAOS_PAD_BYTES of padding, so
     each commit uploads something); one output per record with (key, seq, count,
-    processor, pid, version, task, partition, at), pid the worker process's
+    processor, pid, version, task, partition, offset, at), pid the worker process's
     (:func:`worker_pid`)."""
     pad = int(os.environ.get("CHAOS_PAD_BYTES", "0"))
     pid = worker_pid()
     now = time.time()
     values = []
-    for k, v, p in zip(rows["key"], rows["value"], rows["partition"], strict=True):
+    for k, v, p, o in zip(rows["key"], rows["value"], rows["partition"], rows["offset"],
+                          strict=True):
         count = ctx.state.get(k, "count", 0) + 1
         ctx.state.set(k, "count", count)
         if pad:
@@ -70,5 +71,5 @@ def count_with_pid(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
         values.append(json.dumps({"key": k.decode(), "seq": int(v), "count": count,
                                   "processor": ctx.processor_id, "pid": pid,
                                   "version": ctx.version, "task": ctx.task_name,
-                                  "partition": int(p), "at": now}))
+                                  "partition": int(p), "offset": int(o), "at": now}))
     return pd.DataFrame({"key": list(rows["key"]), "value": values})

@@ -37,7 +37,12 @@ def check(records: list[dict[str, Any]], produced: dict[str, int], excused: set[
     report.produced = sum(produced.values())
     for key, n in produced.items():
         seqs = per_key.get(key, [])
-        report.lost += n - len(set(seqs) & set(range(n)))
+        missing = sorted(set(range(n)) - set(seqs))
+        report.lost += len(missing)
+        for seq in missing[:3]:  # where it went missing: the records around it
+            around = [first.get((key, s)) for s in (seq - 1, seq + 1)]
+            report.examples.insert(0, f"lost {(key, seq)}: before it {around[0]}, "
+                                      f"after it {around[1]}")
         if seqs != sorted(seqs):
             report.order_violations += 1
             report.examples.append(f"order {key}: {seqs[:20]}")
