@@ -14,15 +14,19 @@ from bench.chaos.config import ChaosReport, FaultCost
 COST_WINDOW_S = 60.0  # a fault's output stop is looked for this long after it ended
 
 
-def check(records: list[dict[str, Any]], produced: dict[str, int], excused: set[int],
+def check(records: list[dict[str, Any]], produced: dict[str, list[int]], excused: set[int],
           report: ChaosReport, stateful: bool = False) -> None:
-    """Fill ``report``: ``excused`` are the worker processes (pids) a fault hit, whose
-    uncommitted output may come again."""
+    """Fill ``report``: ``produced`` is per key the seqs of its records in the input
+    topic, in order (read back: a record the producer failed to deliver is not the job's
+    to process); ``excused`` are the worker processes (pids) a fault hit, whose
+    uncommitted output may come again. A record's exact count is its place among its
+    key's records in the input."""
+    position = {(key, seq): i for key, seqs in produced.items() for i, seq in enumerate(seqs)}
     first: dict[tuple[str, int], dict[str, Any]] = {}
     per_key: dict[str, list[int]] = defaultdict(list)
     for r in records:
         k = (r["key"], r["seq"])
-        if stateful and r.get("count") != r["seq"] + 1:
+        if stateful and r.get("count") != position.get(k, -2) + 1:
             report.wrong_counts += 1
             report.examples.append(f"count {r.get('count')} of {k}: {r}")
         if k in first:
@@ -34,10 +38,10 @@ def check(records: list[dict[str, Any]], produced: dict[str, int], excused: set[
         first[k] = r
         per_key[r["key"]].append(r["seq"])
     report.output_records = len(records)
-    report.produced = sum(produced.values())
-    for key, n in produced.items():
+    report.produced = len(position)
+    for key, inputs in produced.items():
         seqs = per_key.get(key, [])
-        missing = sorted(set(range(n)) - set(seqs))
+        missing = sorted(set(inputs) - set(seqs))
         report.lost += len(missing)
         for seq in missing[:3]:  # where it went missing: the records around it
             around = [first.get((key, s)) for s in (seq - 1, seq + 1)]

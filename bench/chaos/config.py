@@ -66,7 +66,10 @@ class FaultCost:
 class ChaosReport:
     """What the independent check found."""
 
-    produced: int = 0
+    produced: int = 0  # in the input topic, as read back by the checker
+    # records the producer sent but Kafka never took (its delivery reports' errors):
+    # the harness's loss, not the job's (told apart so that neither hides the other)
+    undelivered: int = 0
     output_records: int = 0
     lost: int = 0
     order_violations: int = 0
@@ -93,7 +96,8 @@ class ChaosReport:
 
     def lines(self) -> list[str]:
         return [
-            f"produced {self.produced}, output {self.output_records} records",
+            f"produced {self.produced} (in the input topic; not delivered by the "
+            f"producer: {self.undelivered}), output {self.output_records} records",
             f"lost {self.lost}, per-key order violations {self.order_violations}, "
             f"counts not seq + 1 {self.wrong_counts}",
             f"duplicates {self.duplicates} (not from a killed or partitioned worker: "

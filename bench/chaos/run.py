@@ -40,12 +40,13 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from bench.chaos.check import check
 from bench.chaos.config import ChaosConfig, ChaosReport
@@ -68,6 +69,7 @@ class KeyedProducer:
         self._topic, self._keys, self._rate = topic, keys, rate
         self.seq: dict[str, int] = defaultdict(int)
         self.total = 0
+        self.failed: list[str] = []  # delivery reports' errors
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -80,16 +82,47 @@ class KeyedProducer:
         while not self._stop.wait(tick):
             for _ in range(per_tick):
                 key = f"key-{self.total * 7919 % self._keys}"
-                self._p.produce(self._topic, key=key.encode(), value=str(self.seq[key]).encode())
+                self._p.produce(self._topic, key=key.encode(), value=str(self.seq[key]).encode(),
+                                on_delivery=self._delivered)
                 self.seq[key] += 1
                 self.total += 1
             self._p.poll(0)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed.append(f"{msg.key()!r}={msg.value()!r}: {err}")
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(30)
         if self._p.flush(60):
             raise RuntimeError("the producer could not deliver every record")
+
+
+def read_input(bootstrap: str, topic: str, partitions: int) -> dict[str, list[int]]:
+    """Per key, the seqs of its records in ``topic`` in order (a key is in one partition):
+    what the job was given, read back rather than taken from the producer's counters."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.partition.eof": True, "log_level": 2,
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: dict[str, list[int]] = defaultdict(list)
+    ended: set[int] = set()
+    try:
+        while len(ended) < partitions:
+            msg = consumer.poll(10)
+            if msg is None:
+                raise RuntimeError(f"the input topic {topic} stopped answering")
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    ended.add(int(msg.partition() or 0))
+                    continue
+                raise RuntimeError(f"reading the input back: {error}")
+            out[(msg.key() or b"").decode()].append(int(msg.value() or b"-1"))
+    finally:
+        consumer.close()
+    return dict(out)
 
 
 def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print,
@@ -115,7 +148,12 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
         progress(f"faults over ({dict(report.faults)}); draining {producer.total} records")
         started = time.monotonic()
         deadline = started + 300
-        expected = {(k, s) for k, n in producer.seq.items() for s in range(n)}
+        if producer.failed:
+            progress(f"the producer failed to deliver {len(producer.failed)} records: "
+                     f"{producer.failed[:3]}")
+        produced = read_input(d.kafka.bootstrap, d.topic, config.partitions)
+        report.undelivered = producer.total - sum(len(v) for v in produced.values())
+        expected = {(k, s) for k, seqs in produced.items() for s in seqs}
         records: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10)
@@ -138,7 +176,7 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
         if model is not None and set(model["containers"]) != set(d.workers):
             report.worker_exits.append(f"not in the last job model: "
                                        f"{sorted(set(d.workers) - set(model['containers']))}")
-        check(records, dict(producer.seq), d.killed_pids, report, config.stateful)
+        check(records, produced, d.killed_pids, report, config.stateful)
         return report
     finally:
         d.close()
