@@ -15,9 +15,11 @@ from tests.service.conftest import StartServer
 
 
 def _help(*args: str) -> str:
+    """The help text, its lines joined (where argparse wraps depends on the terminal's
+    width and the texts' lengths: a default may start on one line and end on the next)."""
     result = subprocess.run([sys.executable, "-m", "service.cli", *args, "--help"],
                             capture_output=True, text=True, timeout=60, check=True)
-    return result.stdout
+    return " ".join(result.stdout.split())
 
 
 def test_docs_pages_load_their_assets_from_this_server(start_server: StartServer) -> None:
