@@ -142,12 +142,16 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
     victim = cluster.alive()[0]
     try:
         with server.client() as c:
+            deadline = time.monotonic() + 240
             while len(read_all(kafka, output)) < 300:  # mid-backlog: w0 in a batch
                 assert workers["w0"].poll() is None
+                assert time.monotonic() < deadline, "w0 processes nothing"
                 time.sleep(0.5)
             workers["w1"] = start("w1")  # joins: stateful, through warm-ups
+            deadline = time.monotonic() + 240
             while not any(r["processor"] == "w1" for r in read_all(kafka, output)):
                 assert all(w.poll() is None for w in workers.values())
+                assert time.monotonic() < deadline, "w1 never ran a task"
                 producing.send(50)
                 time.sleep(1)
             joined = restores_of(c, "w1") if stateful else {}
@@ -155,7 +159,9 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
             # a backlog of seconds for both, and the change while they are in a batch
             mark = len(read_all(kafka, output))
             producing.send(2000)
+            deadline = time.monotonic() + 240
             while len(read_all(kafka, output)) < mark + 200:
+                assert time.monotonic() < deadline, "the burst is not processed"
                 time.sleep(0.3)
             assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
             for _ in range(4):
