@@ -23,8 +23,8 @@ from tests.infra.spark_cluster import SparkCluster
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
     Producing,
+    check_lost_and_order,
     coordinator_for,
-    first_occurrences,
     new_topics,
     read_all,
     stop_workers,
@@ -183,12 +183,7 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
     for pid, worker in workers.items():
         assert worker.returncode == 0, (tmp_path / f"{pid}.log").read_text()[-3000:]
     records = read_all(kafka, output)
-    per_key, duplicated = first_occurrences(records)
-    assert {k: sorted(r["seq"] for r in v) for k, v in per_key.items()} == {
-        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
-    for key, rs in per_key.items():  # per key in order, duplicates removed
-        seqs = [r["seq"] for r in rs]
-        assert seqs == sorted(seqs), (key, seqs[:20])
+    duplicated = check_lost_and_order(records, producing)
     # duplicates only of what the lost executor had processed (its tasks run again)
     lost = str(cluster.work_dir(victim))
     assert all(d["cwd"].startswith(lost) for d in duplicated), duplicated[:3]

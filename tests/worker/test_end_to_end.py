@@ -95,6 +95,19 @@ def first_occurrences(records: list[dict[str, Any]]
     return per_key, duplicated
 
 
+def check_lost_and_order(records: list[dict[str, Any]], producing: Producing
+                         ) -> list[dict[str, Any]]:
+    """Every produced record came out and each key's first occurrences are in order;
+    the duplicates (``first_occurrences``)."""
+    per_key, duplicated = first_occurrences(records)
+    assert {k: sorted(r["seq"] for r in v) for k, v in per_key.items()} == {
+        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
+    for key, rs in per_key.items():  # per key in order, duplicates removed
+        seqs = [r["seq"] for r in rs]
+        assert seqs == sorted(seqs), (key, seqs[:20])
+    return duplicated
+
+
 def new_topics(kafka: LocalKafka, partitions: int) -> tuple[str, str]:
     """A fresh input topic with ``partitions`` partitions and a one-partition output."""
     topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
@@ -217,12 +230,7 @@ def test_join_graceful_leave_and_kill_9(
     finally:
         stop_workers(list(workers.values()))
     records = read_all(kafka, output)
-    per_key, duplicated = first_occurrences(records)
-    assert {k: sorted(r["seq"] for r in v) for k, v in per_key.items()} == {
-        k: list(range(n)) for k, n in producing.seq.items()}  # nothing lost
-    for key, rs in per_key.items():  # per key in order, duplicates removed
-        seqs = [r["seq"] for r in rs]
-        assert seqs == sorted(seqs), (key, seqs[:20])
+    duplicated = check_lost_and_order(records, producing)
     # duplicates only where the killed worker had processed without committing
     assert all(d["processor"] == "w1" for d in duplicated), duplicated[:5]
     # ... in its last batch(es): output after everything before the kill run-up, less

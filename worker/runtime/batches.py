@@ -322,19 +322,19 @@ class BatchRunner:
                                  max(with_rows.values(), default=0))
         cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
         # on a cluster master each task's state is kept by the executor that runs it
-        kept_there = isinstance(states, ExecutorStates) and checkpoint_id is not None
-        executor_state = states.plan(batch_id, checkpoint_id, tasks) \
-            if isinstance(states, ExecutorStates) and checkpoint_id is not None else None
+        remote = states if isinstance(states, ExecutorStates) else None
+        executor_state = None if remote is None or checkpoint_id is None else \
+            remote.plan(batch_id, checkpoint_id, tasks)
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
-                str(states.state_dir) if states and not kept_there else None,
+                str(states.state_dir) if states and remote is None else None,
                 checkpoint_id, placed, cut, executor_state))
         finally:
             if cut is not None:
                 self._uncut(batch_id)
-        if isinstance(states, ExecutorStates) and checkpoint_id is not None:
-            states.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
+        if remote is not None and checkpoint_id is not None:
+            remote.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
         left = of_batch(self._reports.value, batch_id) if cut is not None else {}
         if left:
             self._reports.value = {}

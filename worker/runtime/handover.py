@@ -28,7 +28,7 @@ from worker.running import only
 from worker.runtime.batches import BatchRunner
 from worker.runtime.control import ModelFollower
 from worker.runtime.query import SourceQuery
-from worker.state.remote import StateKeeping
+from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import restore_groups
 
 log = logging.getLogger("coxswain.worker")
@@ -165,6 +165,13 @@ class Handover:
             return
         if self._states is not None:
             check_stateful(checkpoints, ready)
+            if isinstance(self._states, ExecutorStates) and plan.system == "kinesis":
+                # executor-kept state measures standby lags in offsets; Kinesis lags
+                # are milliseconds (``tasks.shard_lag``), and the pairing is untested
+                raise NotAStatefulJob(
+                    "a stateful job on Kinesis runs on a local Spark master only "
+                    "(--spark-master local[N]) for now: on a cluster master its state "
+                    "would be kept by the executors, which do not measure Kinesis lags")
         log.info("version %d: starting %s", plan.version, ", ".join(sorted(ready)[:10]))
         if self._states is None:
             self._add(only(plan, ready))

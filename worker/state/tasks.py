@@ -3,7 +3,7 @@
 * Query start: every active task's live store is rebuilt from its committed snapshot
   (the marker in its checkpoint), local files first: ``restore``.
 * After a batch, in the Spark task that ran ``process_task``: the batch's writes are
-  applied and a snapshot is taken (``run_with_state``): the sync phase.
+  applied and a snapshot is taken (``task_state``): the sync phase.
 * The commit, in the commit thread while the next batch runs: each task's newest
   snapshot not yet committed, up to this commit's checkpoint id, is uploaded and named in
   the commit (``back_up``): the async phase. A task with no newer snapshot processed no
@@ -436,15 +436,6 @@ def _id(name: str) -> CheckpointId | None:
         return CheckpointId.parse(name)
     except CheckpointFormatError:
         return None  # a .partial or .tmp folder
-
-
-def run_with_state(state_dir: str | None, task: str, checkpoint_id: str | None,
-                   body: Callable[[Callable[[], TaskStore]], Any]) -> Any:
-    """Run ``body`` with a way to open ``task``'s live store; if it opened it, apply the
-    batch's writes and snapshot them under ``checkpoint_id`` afterwards (in the Spark task:
-    the commit's sync phase). A failure discards the batch's writes."""
-    with task_state(state_dir, task, checkpoint_id) as store:
-        return body(store)
 
 
 @contextmanager
