@@ -18,9 +18,12 @@ from typing import Any
 import pytest
 
 from service.local.kafka import LocalKafka
+from service.local.kinesis import CREDENTIALS as KINESIS_CREDENTIALS
+from service.local.kinesis import LocalKinesis
 from service.local.s3 import CREDENTIALS, LocalS3
 from tests.infra.spark_cluster import SparkCluster
 from tests.service.conftest import StartServer
+from tests.service.test_kinesis_inputs import kinesis_client, wait_active
 from tests.worker.test_end_to_end import (
     Producing,
     check_lost_and_order,
@@ -251,3 +254,39 @@ def test_an_app_the_executors_cannot_import_stops_the_worker_before_it_registers
     with server.client() as c:  # it never registered: no lease left to expire
         assert c.get("/processors").json() == []
     print(f"the worker exited {time.monotonic() - started:.1f}s after its start")
+
+
+def test_a_stateful_kinesis_job_on_a_cluster_is_refused_when_its_tasks_arrive(
+    start_server: StartServer, kafka: LocalKafka, kinesis: LocalKinesis, s3_server: LocalS3,
+    cluster: SparkCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Executor-kept state measures standby lags in offsets; Kinesis lags are
+    milliseconds. Until the pairing is built, the worker refuses it with a clear
+    message instead of judging warm-ups wrongly: it leaves (no lease left behind) and
+    exits 1, having run nothing."""
+    for name, value in KINESIS_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    _, helper = app_folders(tmp_path)
+    client = kinesis_client(kinesis)
+    stream = f"refused-{uuid.uuid4().hex[:8]}"
+    client.create_stream(StreamName=stream, ShardCount=1)
+    wait_active(client, stream)
+    _, output = new_topics(kafka, 1)
+    bucket = f"b-{uuid.uuid4().hex[:10]}"
+    s3_server.create_bucket(bucket)
+    server = start_server("--input", f"kinesis.{stream}", "--kinesis-endpoint",
+                          kinesis.endpoint, "--stateful", "--debounce-ms", "300")
+    worker = cluster_worker(
+        tmp_path, cluster, server.url, kafka, output, "w0", "--stateful",
+        "--kinesis-endpoint", kinesis.endpoint, "--py-files", str(helper / "probe_helper.py"),
+        "--blob-store", f"s3://{bucket}/refused", "--blob-store-endpoint", s3_server.endpoint,
+        app="probe_app:count")
+    try:
+        rc = worker.wait(180)
+    finally:
+        stop_workers([worker])
+    log = (tmp_path / "w0.log").read_text()
+    assert rc == 1, log[-3000:]
+    assert "a stateful job on Kinesis runs on a local Spark master only" in log, log[-3000:]
+    with server.client() as c:  # it left: its tasks are free at once, no lease to expire
+        assert c.get("/processors").json() == []
