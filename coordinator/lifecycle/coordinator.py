@@ -35,6 +35,7 @@ from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import Clock
 from coordinator.errors import Fenced, NotLeader
+from coordinator.fenced import FENCED, fenced_processors, without_fenced
 from coordinator.job_models import VERSIONS, JobModelRepository
 from coordinator.leader import LeaderRole
 from coordinator.lifecycle.config import (
@@ -502,6 +503,9 @@ class Coordinator:
             locality = self._known_locality
             inputs = self._inputs.partitions
             extra = self._inputs.job_config()
+            fenced = fenced_processors(self.active, previous, processors)
+        if fenced:  # exactly-once output: who the participants fence before acking
+            extra = {**(extra or {}), FENCED: fenced}
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
         def generate() -> GeneratedJobModel:
@@ -542,7 +546,7 @@ class Coordinator:
         self._probing.assigned(generated.assignment.probing_rebalance_needed,
                                generated.assignment.warmups)
         if previous is not None and previous.containers == model.containers \
-                and previous.config == model.config:
+                and without_fenced(previous.config) == without_fenced(model.config):
             log.info("rebalance (%s): assignment unchanged, version %d stays", reason,
                      previous.version, extra={"reason": reason, "version": previous.version})
             return None
