@@ -21,6 +21,7 @@ from checkpoint.shard_ends import waiting_for
 from checkpoint.state_sources import HeldState, ancestors, state_sources
 from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
+from coordinator.fenced import FENCED
 from coordinator.lifecycle import Coordinator
 from grouping.model import JobModel, SystemStreamPartition, TaskModel
 from grouping.serde import ssp_to_json
@@ -31,6 +32,7 @@ from service.errors import ApiError
 from service.metrics import Metrics
 from service.schemas import (
     COMMIT_REQUEST,
+    CommitRequest,
     CommitResponse,
     ErrorBody,
     ResetRequest,
@@ -191,12 +193,45 @@ async def commit_checkpoints(
 ) -> CommitResponse:
     """Commit per-key-bucket offsets; 409 ``fenced`` unless the processor owns every task as
     active in the active job model. Offsets never move backwards."""
+    body = await _commit_body(request)
+    coordinator.membership.require(body["processorId"], lease_token(request))
+    return await _commit(body, coordinator, store, metrics)
+
+
+@router.post("/checkpoints/recovered", dependencies=[Depends(require_worker)],
+             responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody},
+                        404: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                        422: {"model": ErrorBody}},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": inline_schema(COMMIT_REQUEST)}}}})
+async def recover_checkpoints(
+    request: Request, coordinator: Coord, store: Store, metrics: Stats,
+) -> CommitResponse:
+    """Exactly-once output: a checkpoint a processor committed in its Kafka transaction
+    but never posted, read from the checkpoint log after it was fenced, posted by a
+    participant of the version that fences it (no lease token: the processor is listed in
+    the latest version's ``config.fencedProcessors``) or by its own next incarnation (its
+    lease token). The same ownership checks as ``POST /checkpoints``: 409 ``fenced`` once
+    the version that removed it is done (every participant recovered it before acking)."""
+    body = await _commit_body(request)
+    processor_id = body["processorId"]
+    latest = coordinator.latest
+    if latest is None or processor_id not in (latest.config.get(FENCED) or ()):
+        coordinator.membership.require(processor_id, lease_token(request))
+    return await _commit(body, coordinator, store, metrics)
+
+
+async def _commit_body(request: Request) -> CommitRequest:
     try:
-        body = COMMIT_REQUEST.validate_json(await request.body())
+        return COMMIT_REQUEST.validate_json(await request.body())
     except ValidationError as e:
         raise RequestValidationError(e.errors(include_url=False)) from None
+
+
+async def _commit(body: CommitRequest, coordinator: Coordinator,
+                  store: SqlCheckpointStore, metrics: Metrics) -> CommitResponse:
     processor_id, version = body["processorId"], body["jobModelVersion"]
-    coordinator.membership.require(processor_id, lease_token(request))
+
     try:
         model = await coordinator.check_commit(processor_id, version, list(body["checkpoints"]))
     except Fenced:

@@ -279,3 +279,39 @@ def test_offsets_of_128_digits_round_trip_exactly_and_longer_ones_are_refused(
         too_long = commit(c, model, "Partition 0", 10**128)
         assert too_long.status_code == 422, too_long.text
         assert read(c, "Partition 0")["Partition 0"]["inputOffsets"][0]["offset"] == str(seq)
+
+
+def test_a_fenced_processors_unposted_checkpoint_is_recovered_before_the_barrier(
+    start_server: StartServer,
+) -> None:
+    """Exactly-once output: w2 committed a transaction and died before posting its
+    checkpoint; the version without w2 lists it as fenced, and a participant posts the
+    checkpoint read from the log. Only a listed processor's needs no lease token, and only
+    until the version that removed it is done."""
+    server = start_server(*ARGS)
+    with server.client() as c:
+        workers, m1 = setup_two_workers(c)
+        task = next(iter(m1["containers"]["w2"]["tasks"]))
+        t = m1["containers"]["w2"]["tasks"][task]
+        assert commit(c, m1, task, 10).status_code == 200  # posted by w2 itself
+
+        def recover(pid: str, offset: int, **headers: str) -> httpx.Response:
+            return c.post("/checkpoints/recovered", headers=headers, json={
+                "processorId": pid, "jobModelVersion": m1["version"],
+                "checkpoints": {task: offsets_for(t, offset)}})
+
+        assert recover("w2", 20).status_code == 401  # w2 is live: its lease token only
+        assert workers[1].leave().status_code == 204
+        m2 = wait_for_version(c, m1["version"])
+        assert m2["config"]["fencedProcessors"] == ["w2"]
+        assert m2["barrier"] == "pending"
+        r = recover("w2", 20)  # by w1, after fencing w2 and reading its last record
+        assert r.status_code == 200, r.text
+        assert recover("w2", 20).json()["advanced"] == 0  # every participant may: once
+        assert recover("w1", 30).status_code == 401  # not listed: needs w1's lease token
+        assert read(c, task)[task]["inputOffsets"][0]["offset"] == "20"
+        assert ack_all(workers[:1], m2["version"]) == "done"
+        late = recover("w2", 25)
+        assert late.status_code == 409, late.text  # w2 owns nothing in the active version
+        assert late.json()["error"] == "fenced"
+        assert read(c, task)[task]["inputOffsets"][0]["offset"] == "20"
