@@ -212,3 +212,14 @@ class CoordinatorClient:
             "checkpoints": checkpoints}, headers=self._lease())
         self._raise(r)
         return int(r.json()["advanced"])
+
+    def recover(self, processor_id: str, version: int, checkpoints: dict[str, Any]) -> int:
+        """Post the checkpoint a fenced processor committed in its transaction but never
+        posted (exactly-once output): as a participant of the version that lists it as
+        fenced, or as that processor's next incarnation (this client's lease token).
+        Returns how many offsets moved forward (Fenced on 409: already done)."""
+        r = self._call("POST", "/checkpoints/recovered", json={
+            "processorId": processor_id, "jobModelVersion": version,
+            "checkpoints": checkpoints}, headers=self._lease())
+        self._raise(r)
+        return int(r.json()["advanced"])
