@@ -73,6 +73,9 @@ class TransactionalOutput:
             "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
             # a batch's output is written in one go: queue it whole rather than block
             "queue.buffering.max.messages": 1_000_000, "linger.ms": 5,
+            # a key's partition as Spark's Kafka sink (Java's) picks it: the output is
+            # partitioned alike with and without --exactly-once
+            "partitioner": "murmur2_random",
             **(config or {})})
         self._started = False
         self._dead: str | None = None  # why, once fenced: every later call fails so
@@ -110,15 +113,44 @@ class TransactionalOutput:
             self._produce(self._log, self.transactional_id.encode(), json.dumps({
                 "transactionalId": self.transactional_id, "jobModelVersion": version,
                 "checkpoints": checkpoints}, separators=(",", ":")).encode(), delivered)
-            self._producer.commit_transaction(self._timeout_s)
-        except KafkaException as e:
-            if _fenced(e):
+        except KafkaException as e:  # nothing committed yet
+            raise self._abort_after(e) from e
+        self._commit()
+        # (a commit whose record's report never came: the offset is only informative)
+        return record_offset[0] if record_offset else -1
+
+    def _commit(self) -> None:
+        """Commit the open transaction. librdkafka's rules: a retriable error (a timeout)
+        is retried, the transaction's outcome being unknown until it answers; an
+        abortable one is aborted (nothing visible). Any other leaves the outcome unknown:
+        this producer is then dead (:class:`Fenced`), and the worker's next incarnation
+        fences its id and reads the log for what it committed."""
+        while True:
+            try:
+                self._producer.commit_transaction(self._timeout_s)
+                return
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if isinstance(err, KafkaError) and not _fenced(e):
+                    if err.retriable():
+                        log.warning("transaction commit not answered (%s): trying again",
+                                    err)
+                        continue
+                    if err.txn_requires_abort():
+                        raise self._abort_after(e) from e
                 raise self._fence(e) from e
+
+    def _abort_after(self, e: KafkaException) -> Exception:
+        """The exception to raise after ``e`` left the open transaction uncommitted:
+        :class:`TransactionFailed` once it is aborted, :class:`Fenced` when the producer
+        cannot go on."""
+        if _fenced(e):
+            return self._fence(e)
+        try:
             self._abort()
-            raise TransactionFailed(str(e)) from e
-        if not record_offset:  # committed, yet no report: never seen, but be loud
-            raise TransactionFailed("committed without a delivery report of the record")
-        return record_offset[0]
+        except KafkaException as abort_error:
+            return self._fence(abort_error)
+        return TransactionFailed(str(e))
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None,
                  callback: Any = None) -> None:
