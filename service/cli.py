@@ -397,6 +397,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     from service.logs import configure
     from worker.cut_signals import HttpSignals
+    from worker.exactly_once import ExactlyOnce
     from worker.runtime import (
         NotAStatefulJob,
         Worker,
@@ -457,6 +458,16 @@ def _worker(args: argparse.Namespace) -> None:
                             or f"file://{state_dir.parent / 'coxswain-blobs'}",
                             args.blob_store_endpoint, args.blob_gc_interval_s,
                             args.blob_gc_grace_s, blob_options)
+    exactly_once = None
+    if args.exactly_once:
+        if args.api != "task" or not args.output_topic:
+            raise SystemExit("coxswain: --exactly-once needs --api task and --output-topic: "
+                             "the worker writes process_task's rows itself, in the "
+                             "transaction of their commit")
+        exactly_once = ExactlyOnce.for_output(args.kafka_bootstrap, args.output_topic,
+                                              args.exactly_once_log)
+    elif args.exactly_once_log:
+        raise SystemExit("coxswain: --exactly-once-log is for --exactly-once")
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
@@ -468,7 +479,7 @@ def _worker(args: argparse.Namespace) -> None:
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
-        executor_state_dir=args.executor_state_dir)
+        executor_state_dir=args.executor_state_dir, exactly_once=exactly_once)
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
@@ -618,6 +629,13 @@ def parser() -> argparse.ArgumentParser:
                         "virtual task, in offset order")
     w.add_argument("--output-topic", help="Kafka topic for the rows process_task returns")
     w.add_argument("--kafka-bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap")
+    w.add_argument("--exactly-once", action="store_true",
+                   help="exactly-once output (--api task with --output-topic): each "
+                        "commit's output and checkpoint in one Kafka transaction; readers "
+                        "use isolation.level=read_committed")
+    w.add_argument("--exactly-once-log", metavar="TOPIC",
+                   help="the checkpoint log of --exactly-once (one partition, compacted; "
+                        "created if missing; default: OUTPUT_TOPIC.coxswain-checkpoints)")
     w.add_argument("--kinesis-endpoint", help="Kinesis API endpoint URL for kinesis inputs "
                                               "(default: AWS's for the region)")
     w.add_argument("--kinesis-region", help="AWS region of the Kinesis streams (default: "

@@ -31,7 +31,10 @@ from worker.client import CoordinatorError
 
 log = logging.getLogger("coxswain.worker")
 
-Upload = Callable[[int, dict[str, Any], "str | None"], int]
+#: (version, checkpoints, checkpoint id, output): what a commit uploads. ``output`` is
+#: the batches' output when the commit writes it (exactly-once output: the batches since
+#: the last commit, oldest first), else empty
+Upload = Callable[[int, dict[str, Any], "str | None", tuple[Any, ...]], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,9 @@ class _Commit:
     version: int
     checkpoints: dict[str, Any]
     checkpoint_id: str | None
+    # exactly-once output: every batch's output this commit covers, oldest first (a
+    # commit replacing one not yet written carries its output too: nothing is dropped)
+    output: tuple[Any, ...] = ()
 
 
 class AsyncCommitter:
@@ -69,7 +75,7 @@ class AsyncCommitter:
         self._thread.start()
 
     def submit(self, version: int, checkpoints: dict[str, Any],
-               checkpoint_id: str | None = None) -> None:
+               checkpoint_id: str | None = None, output: tuple[Any, ...] = ()) -> None:
         """Upload ``checkpoints``: now if no upload runs, else once it ends (replacing any
         commit already waiting); while the oldest unacknowledged commit is older than the
         delay, wait until it is acknowledged. Raises the coordinator's refusal of an
@@ -84,8 +90,9 @@ class AsyncCommitter:
             if self._newest is not None:  # not sent yet: this one covers it
                 self.skipped += 1
                 since = self._newest.since
+                output = self._newest.output + output
             self._seq += 1
-            commit = _Commit(self._seq, since, version, checkpoints, checkpoint_id)
+            commit = _Commit(self._seq, since, version, checkpoints, checkpoint_id, output)
             if self._in_flight is None and not self._backing_off:
                 self._in_flight, self._newest = commit, None  # the thread is idle: now
             else:
@@ -143,7 +150,8 @@ class AsyncCommitter:
                 commit = self._in_flight
                 assert commit is not None
             try:
-                self._upload(commit.version, commit.checkpoints, commit.checkpoint_id)
+                self._upload(commit.version, commit.checkpoints, commit.checkpoint_id,
+                             commit.output)
             except CoordinatorError as e:  # the coordinator's word: nothing more to send
                 with self._cond:
                     self._error, self._in_flight, self._newest = e, None, None
@@ -177,8 +185,9 @@ class AsyncCommitter:
             if self._newest is None:
                 self._newest = commit
             else:
-                self.skipped += 1
-                self._newest = replace(self._newest, since=commit.since)
+                self.skipped += 1  # (an upload that fails writes no output)
+                self._newest = replace(self._newest, since=commit.since,
+                                       output=commit.output + self._newest.output)
             self._cond.wait(delay)  # close() wakes it
             self._backing_off = False
             self._in_flight, self._newest = self._newest, None

@@ -26,7 +26,8 @@ class Uploads:
         self.running = 0
         self.overlapped = False
 
-    def __call__(self, version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+    def __call__(self, version: int, cps: dict[str, Any], checkpoint_id: str | None,
+                 output: tuple[Any, ...] = ()) -> int:
         self.running += 1
         self.overlapped |= self.running > 1
         if self.gated:
@@ -91,7 +92,8 @@ def test_beyond_the_delay_processing_waits_for_the_upload() -> None:
 def test_a_fenced_upload_surfaces_and_nothing_after_it_is_sent() -> None:
     sent: list[int] = []
 
-    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+                 output: tuple[Any, ...] = ()) -> int:
         time.sleep(0.1)
         if cps["n"] == 1:
             raise Fenced(409, "fenced", "a newer owner")
@@ -133,7 +135,8 @@ class Outage:
         self.sent: list[int] = []
         self.attempts = 0
 
-    def __call__(self, version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+    def __call__(self, version: int, cps: dict[str, Any], checkpoint_id: str | None,
+                 output: tuple[Any, ...] = ()) -> int:
         self.attempts += 1
         if not self.up.is_set():
             raise OSError("tcp connect error: connection refused")
@@ -175,7 +178,8 @@ def test_beyond_the_delay_processing_waits_out_an_outage_without_failing() -> No
 def test_a_refusal_after_an_outage_still_surfaces() -> None:
     calls: list[int] = []
 
-    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+                 output: tuple[Any, ...] = ()) -> int:
         calls.append(cps["n"])
         if len(calls) == 1:
             raise ConnectionError("coordinator unavailable for 90s")
@@ -189,3 +193,29 @@ def test_a_refusal_after_an_outage_still_surfaces() -> None:
         c.submit(1, {"n": 2})
     assert calls == [1, 1]
     c.close()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=40),
+       st.lists(st.floats(min_value=0, max_value=0.003), min_size=1, max_size=10))
+def test_every_batchs_output_is_uploaded_once_in_order_through_deferrals_and_failures(
+        fails: list[bool], gaps: list[float]) -> None:
+    """Exactly-once output rides on commits: a commit replacing one not yet written, or
+    one whose upload failed (nothing written), carries that one's output before its own."""
+    written: list[int] = []
+    attempts = iter(fails)
+
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+               output: tuple[Any, ...] = ()) -> int:
+        if next(attempts, False):
+            raise OSError("the broker is down: the transaction aborted")
+        written.extend(output)
+        return 1
+
+    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.001, retry_max_s=0.002)
+    for n, gap in enumerate(gaps):
+        c.submit(1, {"n": n}, output=(n,))
+        time.sleep(gap)
+    assert c.flush(timeout_s=30)
+    c.close()
+    assert written == list(range(len(gaps)))

@@ -56,7 +56,8 @@ def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
 
 
 def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
-                 *extra: str, app: str | None = None) -> subprocess.Popen[bytes]:
+                 *extra: str, app: str | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     log = (tmp / f"{pid}.log").open("ab")
     app = app or ("tests.worker.apps:echo_task" if "--api" in extra
                   else "tests.worker.apps:record_to_topic")
@@ -66,7 +67,8 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
          "--processor-id", pid, "--location", f"host-{pid}", "--spark-master", "local[2]",
          "--max-offsets-per-trigger", "400", *extra],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its JVM in its group
-        env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output})
+        env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output,
+             **(env or {})})
 
 
 def queries_started(tmp: Path, pid: str) -> list[int]:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +26,7 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
 from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
-from worker.client import CoordinatorClient, Fenced, LeaseLost
+from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
 from worker.cut_signals import CutSignals
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for
@@ -47,6 +48,8 @@ from worker.runtime.task_api import placed_by_reads
 from worker.source_plan import split_key
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import new_checkpoint_id
+from worker.transactions import Fenced as TransactionFenced
+from worker.transactions import TransactionalOutput
 
 log = logging.getLogger("coxswain.worker")
 
@@ -85,6 +88,7 @@ class BatchRunner:
         self._done: dict[tuple[str, str, int], int] = {}  # (task, topic, p) -> next offset
         self.read: dict[tuple[str, int], int] = {}  # (topic, p) -> end of its last batch
         self.committed: dict[tuple[str, int], int] = {}  # (topic, p) -> last commit's end
+        self.transactions: TransactionalOutput | None = None  # exactly-once output
         self.committer = self._new_committer()
         self.busy = BusyMeter()
         self.stats: dict[str, Any] = {}
@@ -183,25 +187,62 @@ class BatchRunner:
                       "registered again", e)
             self._over.set()
 
-    def renew(self) -> None:
-        """A new committer (after a lease ended: the old one refuses everything)."""
+    def renew(self, transactions: TransactionalOutput | None = None) -> None:
+        """A new committer (after a lease ended: the old one refuses everything), writing
+        each commit's output and checkpoint record with ``transactions`` (exactly-once
+        output) when given."""
         self.committer.close(0.1)
+        if self.transactions is not None:
+            self.transactions.close()
+        self.transactions = transactions
         self.committer = self._new_committer()
 
     def _new_committer(self) -> AsyncCommitter:
         states = self._states
 
-        def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None) -> int:
+        transactions = self.transactions
+
+        def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+                   output: tuple[Any, ...]) -> int:
             # a failure here (the blob store or the coordinator down) fails this commit
             # only: the committer tries again, and the newest then covers everything
             if states is not None and checkpoint_id is not None:
                 cps = states.back_up(checkpoint_id, cps)
-            advanced_ = self._client.commit(self._pid(), version, cps)
+            if transactions is None:
+                advanced_ = self._client.commit(self._pid(), version, cps)
+            else:
+                advanced_ = self._write_and_post(transactions, version, cps, output)
             if states is not None:
                 states.committed(cps)
             return advanced_
 
         return AsyncCommitter(upload, self._max_delay_s)
+
+    def _write_and_post(self, transactions: TransactionalOutput, version: int,
+                        cps: dict[str, Any], output: tuple[Any, ...]) -> int:
+        """Exactly-once output: the commit's output and checkpoint record in one Kafka
+        transaction (the commit point), then the checkpoint posted. An aborted
+        transaction fails the commit (retried with its output); once committed, the post
+        is retried until the coordinator takes it or refuses it: no other output is
+        written before (the log then holds at most one record the coordinator lacks,
+        which whoever fences this processor recovers)."""
+        try:
+            transactions.write(_rows(output), version, cps)
+        except TransactionFenced as e:  # another incarnation or a participant fenced us
+            raise Fenced(409, "fenced", f"transactional id {transactions.transactional_id} "
+                                        f"fenced: {e}") from e
+        _exit_after_transaction_for_tests()
+        delay = 0.2
+        while True:
+            try:
+                return self._client.commit(self._pid(), version, cps)
+            except CoordinatorError:
+                raise  # refused: this processor's lease is over
+            except Exception as e:  # the coordinator unreachable: it must learn this one
+                log.warning("checkpoint of a committed transaction not posted (%s: %s); "
+                            "trying again in %.1fs", type(e).__name__, str(e)[:200], delay)
+                time.sleep(delay)
+                delay = min(5.0, delay * 2)
 
     # -- the batch callback
 
@@ -325,11 +366,13 @@ class BatchRunner:
         remote = states if isinstance(states, ExecutorStates) else None
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
+        output: list[Any] = []
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
                 str(states.state_dir) if states and remote is None else None,
-                checkpoint_id, placed, cut, executor_state))
+                checkpoint_id, placed, cut, executor_state,
+                output.append if self.transactions is not None else None))
         finally:
             if cut is not None:
                 self._uncut(batch_id)
@@ -356,7 +399,7 @@ class BatchRunner:
                 key = (s.topic, s.partition)
                 self.committed[key] = max(self.committed.get(key, end), end)
         try:
-            self.committer.submit(plan.version, checkpoints, checkpoint_id)
+            self.committer.submit(plan.version, checkpoints, checkpoint_id, tuple(output))
         except (Fenced, LeaseLost) as e:
             self._refused(e)
         return bool(left)
@@ -437,6 +480,30 @@ def _kinesis_backlog(plan: QueryPlan, latest: dict[str, Any], key: str) -> dict[
         else:
             behind[s.task] = max(behind.get(s.task, 0), int(found))
     return behind
+
+
+def _rows(tables: tuple[Any, ...]) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """The (key, value) rows of a commit's output (Arrow tables, oldest first)."""
+    for table in tables:
+        yield from zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                       strict=True)
+
+
+def _exit_after_transaction_for_tests() -> None:
+    """A test hook (``COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS=N``): the process dies right
+    after its N-th committed transaction, before the checkpoint is posted, as a kill -9
+    between the two would leave it."""
+    wanted = os.environ.get("COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS")
+    if not wanted:
+        return
+    _TRANSACTIONS[0] += 1
+    if _TRANSACTIONS[0] >= int(wanted):
+        log.error("test hook: exiting after transaction %d, before its checkpoint is "
+                  "posted", _TRANSACTIONS[0])
+        os._exit(137)
+
+
+_TRANSACTIONS = [0]  # committed transactions of this process (the test hook's count)
 
 
 def _age(since: float | None) -> float:

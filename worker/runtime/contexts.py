@@ -6,9 +6,10 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from worker.cuts import CutPlan
+from worker.exactly_once import ExactlyOnce
 from worker.state.executor import ExecutorStatePlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
@@ -51,6 +52,9 @@ class WorkerConfig:
     # a cluster master's executors keep task state here, on their hosts (relative: under
     # each executor's own folder)
     executor_state_dir: str = "coxswain-state"
+    # exactly-once output (``--exactly-once``): process_task's rows and each commit's
+    # checkpoint record written in one Kafka transaction per commit
+    exactly_once: ExactlyOnce | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class BatchContext:
     # a cluster master: each task's state is kept by the executor that runs it
     # (``worker.state.executor``), not on the driver's disk (``state_dir`` is None)
     executor_state: ExecutorStatePlan | None = None
+    # exactly-once output: the batch's output (an Arrow table of ``key``, ``value``) is
+    # handed here, to be written with the batch's commit, instead of written to Kafka
+    collect: Callable[[Any], None] | None = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

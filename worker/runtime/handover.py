@@ -22,7 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from worker.client import CoordinatorClient, CoordinatorError
+from worker.client import CoordinatorClient, CoordinatorError, Fenced
+from worker.exactly_once import Fencing
 from worker.plan import QueryPlan, plan_query
 from worker.running import only
 from worker.runtime.batches import BatchRunner
@@ -69,7 +70,7 @@ class Handover:
 
     def __init__(self, client: CoordinatorClient, processor_id: str, runner: BatchRunner,
                  query: SourceQuery, states: StateKeeping | None, follower: ModelFollower,
-                 commit_wait_s: float) -> None:
+                 commit_wait_s: float, fencing: Fencing | None = None) -> None:
         self._client = client
         self._pid = processor_id
         self._runner = runner
@@ -77,6 +78,8 @@ class Handover:
         self._states = states
         self._follower = follower
         self._commit_wait_s = commit_wait_s
+        self._fencing = fencing  # exactly-once output: who to fence before each ack
+        self._done: Callable[[], bool] = lambda: False
         self._acked = 0
         self._restoring: dict[str, Future[QueryPlan]] = {}
         self._waiting: set[str] = set()
@@ -89,6 +92,7 @@ class Handover:
     def run(self, done: Callable[[], bool]) -> None:
         """Until ``done()`` (the lease is over, or the worker stops)."""
         seen: tuple[int, str] | None = None
+        self._done = done
         try:
             while not done():
                 model = self._follower.wait(seen, 0.5)
@@ -108,6 +112,15 @@ class Handover:
             log.info("version %d: handing over %s", version, ", ".join(sorted(lost)[:10]))
             self._runner.remove(lost)
             if not self._runner.flush(self._commit_wait_s):
+                if self._fencing is not None:
+                    # exactly-once: acking now would let the next owners start while this
+                    # commit's transaction may still commit. Registering again fences it
+                    # (this processor's next incarnation takes its transactional id over)
+                    raise Fenced(409, "fenced", (
+                        f"version {version}: the last commit of {len(lost)} tasks handed "
+                        f"over did not end within {self._commit_wait_s:.0f}s; registering "
+                        "again, which aborts its transaction, instead of acking without "
+                        "it"))
                 log.error("version %d: last commit of %d tasks not done within %.0fs (%s); "
                           "handing over without it", version, len(lost),
                           self._commit_wait_s, self._runner.committer.last_failure)
@@ -135,11 +148,34 @@ class Handover:
     def _ack(self, model: dict[str, Any]) -> None:
         if self._pid not in model["containers"]:
             return  # a version generated before this processor joined
+        if self._fencing is not None:
+            self._fence(model)
         try:
             self._client.ack(self._pid, int(model["version"]))
         except CoordinatorError as e:
             if e.code != "not_a_participant":
                 raise
+
+    def _fence(self, model: dict[str, Any]) -> None:
+        """Exactly-once output: fence the processors ``model`` lists, and recover what they
+        committed, before acking it; retried until it succeeds (without it the ack would
+        let their tasks start while they may still write)."""
+        assert self._fencing is not None
+        delay = 0.5
+        while True:
+            try:
+                self._fencing.before_ack(model)
+                return
+            except CoordinatorError:
+                raise
+            except Exception as e:  # the broker unreachable: the ack waits for it
+                if self._done():
+                    raise
+                log.warning("version %s: fencing %s failed (%s: %s); trying again in %.1fs",
+                            model["version"], model["config"].get("fencedProcessors"),
+                            type(e).__name__, str(e)[:200], delay)
+                time.sleep(delay)
+                delay = min(5.0, delay * 2)
 
     def _plan(self, model: dict[str, Any], mine: dict[str, Any], names: set[str]) -> None:
         """Plan ``names`` from their resolved checkpoints: waiting, restoring, or running

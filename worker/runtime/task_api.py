@@ -33,7 +33,9 @@ def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) ->
 
     def process_batch(df: DataFrame, ctx: BatchContext) -> None:
         result = run_tasks(df, fn, ctx)
-        if output_topic:
+        if ctx.collect is not None:  # exactly-once: written with the batch's commit
+            ctx.collect(result.toArrow())
+        elif output_topic:
             (result.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
              .option("topic", output_topic).save())
         else:

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from worker import batch_size
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.cut_signals import CutSignals, FolderSignals, HttpSignals
+from worker.exactly_once import Fencing, ensure_log_topic
 from worker.runtime.app import is_local_master
 from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
@@ -32,6 +33,7 @@ from worker.runtime.handover import Handover, NotAStatefulJob
 from worker.runtime.query import SourceQuery
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import TaskStates
+from worker.transactions import TransactionalOutput
 
 log = logging.getLogger("coxswain.worker")
 
@@ -87,6 +89,8 @@ class Worker:
     def run(self) -> None:
         """Register and process until stopped."""
         log.info("worker process %d starting", os.getpid())
+        if self.config.exactly_once is not None:
+            ensure_log_topic(self.config.exactly_once)
         try:
             while not self._stop.is_set():
                 self._one_lease()
@@ -113,8 +117,19 @@ class Worker:
                                     self.config.location)
         self.processor_id = reg.processor_id
         self._over.clear()
-        self._runner.renew()
         log.info("registered as %s at %s", self.processor_id, self.config.location)
+        eo = self.config.exactly_once
+        fencing = None
+        if eo is None:
+            self._runner.renew()
+        else:
+            # before anything is acked: fence this processor's earlier incarnation (dead
+            # or a zombie) and recover what it committed, then take the id over
+            fencing = Fencing(eo, self._client)
+            fencing.fence_and_recover([self.processor_id])
+            self._runner.renew(TransactionalOutput(
+                eo.bootstrap, eo.transactional_id(self.processor_id), eo.output_topic,
+                eo.log_topic).start())
         interval_s = reg.heartbeat_interval_ms / 1000
         follower = ModelFollower(self._client, self.processor_id, self._over).start()
         keeper = None
@@ -127,7 +142,7 @@ class Worker:
                            self._lags, self._stats).start()
         try:
             Handover(self._client, self.processor_id, self._runner, self._query,
-                     self._states, follower, self.config.max_commit_delay_s).run(
+                     self._states, follower, self.config.max_commit_delay_s, fencing).run(
                 lambda: self._stop.is_set() or self._over.is_set())
         except (LeaseLost, Fenced) as e:  # an ack's answer
             log.error("lease lost (%s): stopping processing and registering again", e)

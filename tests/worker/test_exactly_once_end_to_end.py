@@ -1,0 +1,214 @@
+"""Exactly-once output end to end (#28): the stateful counting app with --exactly-once
+on real Kafka and Spark, two workers as processes, factor 2 -> 4 -> 2, a kill -9
+mid-run, a worker that dies between a transaction's commit and its checkpoint's post (the
+test hook) and comes back, and a graceful leave: a read_committed reader finds every
+(key, seq) exactly once, in order, with count == seq + 1."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from service.local.kafka import LocalKafka
+from service.local.kinesis import CREDENTIALS as KINESIS_CREDENTIALS
+from service.local.kinesis import LocalKinesis
+from service.local.ports import kill_process_group
+from tests.service.conftest import StartServer
+from tests.service.test_kinesis_inputs import kinesis_client, wait_active
+from tests.worker.test_end_to_end import (
+    Producing,
+    coordinator_for,
+    crash,
+    new_topics,
+    start_worker,
+    stop_workers,
+)
+from tests.worker.test_kinesis_end_to_end import Producing as KinesisProducing
+from tests.worker.test_kinesis_end_to_end import split
+
+pytestmark = pytest.mark.slow
+
+
+def read_committed(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
+    """Every record a read_committed reader finds in ``topic`` (one partition) now."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "log_level": 2})
+    out: list[dict[str, Any]] = []
+    try:
+        tp = TopicPartition(topic, 0)
+        end = consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        # up to the end as it is now: open transactions below it end within a commit
+        while end > 0 and int(consumer.position([tp])[0].offset or 0) < end:
+            assert time.monotonic() < deadline, "the output's open transactions never ended"
+            for msg in consumer.consume(500, 0.2):
+                assert msg.error() is None, msg.error()
+                out.append(json.loads(msg.value() or b"{}"))
+    finally:
+        consumer.close()
+    return out
+
+
+def wait_committed(kafka: LocalKafka, topic: str, expected: int,
+                   workers: dict[str, subprocess.Popen[bytes]], tmp: Path,
+                   timeout_s: float = 240) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = read_committed(kafka, topic)
+        if len(records) >= expected:
+            return records
+        for pid, w in workers.items():
+            assert w.poll() is None, (tmp / f"{pid}.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, f"only {len(records)} of {expected} committed"
+        time.sleep(1)
+
+
+def check_exactly_once(records: list[dict[str, Any]], producing: Any,
+                       counts: bool = True) -> None:
+    """Every (key, seq) exactly once, per key in order, count == seq + 1 (``counts``)."""
+    seen: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        assert not counts or r["count"] == r["seq"] + 1, r
+        seen[r["key"]].append(r["seq"])
+    missing = {k: n for k, n in producing.seq.items() if len(seen.get(k, [])) != n}
+    assert not missing, {k: (n, seen.get(k, [])[:30]) for k, n in list(missing.items())[:3]}
+    for key, seqs in seen.items():
+        assert seqs == list(range(producing.seq[key])), (key, seqs[:40])
+
+
+def test_kills_a_crash_between_commit_and_post_rescales_and_a_leave_duplicate_nothing(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(600)
+    server = coordinator_for(start_server, kafka, topic, "--stateful",
+                             "--elasticity-factor", "2", "--lease-ttl-ms", "6000")
+
+    def worker(pid: str, **env: str) -> subprocess.Popen[bytes]:
+        return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
+                            "--output-topic", output, "--stateful", "--exactly-once",
+                            "--state-dir", str(tmp_path / f"state-{pid}"),
+                            app="tests.worker.apps:count_task", env=env)
+
+    workers = {"w0": worker("w0"), "w1": worker("w1")}
+    try:
+        wait_committed(kafka, output, 300, workers, tmp_path)
+        producing.send(600)
+        time.sleep(1)
+        crash(workers["w1"])  # kill -9 mid-run: its open transaction is fenced
+        workers["w1"] = worker("w1")
+        with server.client() as c:
+            assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
+        producing.send(600)
+        wait_committed(kafka, output, producing.total, workers, tmp_path)
+        # w2 dies right after its second transaction commits, before its post
+        workers["w2"] = worker("w2", COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS="2")
+        deadline = time.monotonic() + 240
+        while workers["w2"].poll() is None:  # records for its tasks once it has some
+            assert time.monotonic() < deadline, (tmp_path / "w2.log").read_text()[-3000:]
+            producing.send(50)
+            time.sleep(1)
+        assert workers["w2"].returncode == 137, (tmp_path / "w2.log").read_text()[-3000:]
+        kill_process_group(workers["w2"].pid)  # its Spark JVM, as a host crash would
+        workers["w2"] = worker("w2")  # its next incarnation recovers that checkpoint
+        with server.client() as c:
+            assert c.post("/scale", json={"elasticityFactor": 2}).status_code == 202
+        producing.send(600)
+        wait_committed(kafka, output, producing.total, workers, tmp_path)
+        workers["w0"].send_signal(signal.SIGTERM)  # a graceful leave
+        assert workers["w0"].wait(120) == 0
+        producing.send(600)
+        rest = {k: v for k, v in workers.items() if k != "w0"}
+        records = wait_committed(kafka, output, producing.total, rest, tmp_path)
+    finally:
+        stop_workers(list(workers.values()))
+    time.sleep(2)
+    records = read_committed(kafka, output)
+    check_exactly_once(records, producing)
+    logs = {pid: (tmp_path / f"{pid}.log").read_text() for pid in workers}
+    assert "test hook: exiting after transaction 2" in logs["w2"]
+    assert any("recovered its last checkpoint" in log for log in logs.values())
+    print(f"{len(records)} records, each exactly once")
+
+
+def test_a_stateless_kinesis_job_fences_a_stopped_worker_that_wakes_after_its_tasks_moved(
+    start_server: StartServer, kafka: LocalKafka, kinesis: LocalKinesis, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stateless, Kinesis input, a shard split: w1 is stopped (SIGSTOP, its whole process
+    group) past its lease, its tasks move to w0, and it is resumed mid-batch with an open
+    transaction: a zombie. It cannot commit (fenced by w0 before w0 acked the version
+    that removed it), registers again by itself, and nothing comes out twice."""
+    for name, value in KINESIS_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    client = kinesis_client(kinesis)
+    stream = f"eo-{uuid.uuid4().hex[:8]}"
+    client.create_stream(StreamName=stream, ShardCount=2)
+    wait_active(client, stream)
+    _, output = new_topics(kafka, 1)
+    producing = KinesisProducing(client, stream)
+    producing.send(200)
+    server = start_server("--input", f"kinesis.{stream}", "--kinesis-endpoint",
+                          kinesis.endpoint, "--partition-poll-interval-ms", "500",
+                          "--elasticity-factor", "2", "--debounce-ms", "300",
+                          "--lease-ttl-ms", "4000")
+
+    def worker(pid: str) -> subprocess.Popen[bytes]:
+        return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
+                            "--output-topic", output, "--kinesis-endpoint",
+                            kinesis.endpoint, "--exactly-once",
+                            app="tests.worker.apps:slow_kinesis_echo_task")
+
+    workers = {"w0": worker("w0"), "w1": worker("w1")}
+    try:
+        wait_committed(kafka, output, 200, workers, tmp_path)
+        with server.client() as c:
+            both = c.get("/jobmodel").json()
+            assert set(both["containers"]) == {"w0", "w1"}
+            os.killpg(workers["w1"].pid, signal.SIGSTOP)  # mid-batch: 5 ms a record
+            producing.send(300)
+            deadline = time.monotonic() + 60
+            while True:  # w1's lease ran out: its tasks are w0's, the barrier done
+                model = c.get("/jobmodel").json()
+                if set(model["containers"]) == {"w0"} and model["barrier"] == "done":
+                    break
+                assert time.monotonic() < deadline, model["version"]
+                time.sleep(0.3)
+            assert model["config"].get("fencedProcessors") == ["w1"] or \
+                model["version"] > both["version"] + 1
+            wait_committed(kafka, output, 500, {"w0": workers["w0"]}, tmp_path)
+            split(client, stream, "shardId-000000000000")
+            producing.send(200)
+            os.killpg(workers["w1"].pid, signal.SIGCONT)  # the zombie wakes
+            wait_committed(kafka, output, 700, workers, tmp_path)
+            deadline = time.monotonic() + 90
+            while "w1" not in c.get("/jobmodel").json()["containers"]:  # back by itself
+                assert time.monotonic() < deadline, "w1 never registered again"
+                time.sleep(0.5)
+            producing.send(200)
+            wait_committed(kafka, output, producing.total, workers, tmp_path)
+    finally:
+        for w in workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(w.pid, signal.SIGCONT)
+        stop_workers(list(workers.values()))
+    time.sleep(2)
+    records = read_committed(kafka, output)
+    check_exactly_once(records, producing, counts=False)
+    log = (tmp_path / "w1.log").read_text()
+    assert "fenced" in log, log[-3000:]
+    print(f"{len(records)} records, each exactly once")
