@@ -464,6 +464,11 @@ def _worker(args: argparse.Namespace) -> None:
             raise SystemExit("coxswain: --exactly-once needs --api task and --output-topic: "
                              "the worker writes process_task's rows itself, in the "
                              "transaction of their commit")
+        if not is_local_master(args.spark_master):
+            # the driver-side write works anywhere, but no test runs it on a cluster yet
+            raise SystemExit(f"coxswain: --exactly-once runs on a local Spark master only "
+                             f"(--spark-master local[N]) for now, not {args.spark_master}: "
+                             "no test has run it on a cluster yet")
         exactly_once = ExactlyOnce.for_output(args.kafka_bootstrap, args.output_topic,
                                               args.exactly_once_log)
     elif args.exactly_once_log:

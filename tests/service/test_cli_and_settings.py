@@ -241,6 +241,27 @@ def test_a_stateful_worker_on_a_cluster_master_without_a_blob_store_is_refused()
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("extra", "refusal"), [
+    (("--api", "batch"), "--exactly-once needs --api task and --output-topic"),
+    (("--api", "task"), "--exactly-once needs --api task and --output-topic"),
+    (("--api", "task", "--output-topic", "out", "--spark-master", "spark://127.0.0.1:7077"),
+     "--exactly-once runs on a local Spark master only"),
+])
+def test_exactly_once_combinations_not_supported_are_refused_at_start(
+    extra: tuple[str, ...], refusal: str,
+) -> None:
+    """``--exactly-once`` writes process_task's rows itself (so --api task with an output
+    topic), and has been run on local masters only: anything else is refused before
+    Spark starts or the coordinator is called."""
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "worker", "--coordinator",
+         "http://127.0.0.1:9", "--app", "tests.worker.apps:count_task", "--exactly-once",
+         *extra], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert refusal in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_dev_up_stopped_while_starting_stops_what_it_started() -> None:
     zk_port, kafka_port = free_ports(2)
     proc = _dev_up(zk_port, kafka_port)
