@@ -51,7 +51,7 @@ class ExactlyOnce:
     def transactional_id(self, processor_id: str) -> str:
         """A processor's transactional id (the same for every incarnation: a new one
         fences the old one as it starts)."""
-        return transactional_id(self.log_topic, processor_id, "tx")
+        return transactional_id(self.log_topic, processor_id)
 
 
 def ensure_log_topic(eo: ExactlyOnce, timeout_s: float = 30.0) -> None:
@@ -114,8 +114,15 @@ class Fencing:
     def fence_and_recover(self, processor_ids: Iterable[str]) -> int:
         """Fence ``processor_ids``' transactions, then post each one's last committed
         checkpoint record; how many were posted."""
+        ids = sorted(self._eo.transactional_id(p) for p in processor_ids)
+        fence(self._eo.bootstrap, ids)
+        return self.recover(processor_ids)
+
+    def recover(self, processor_ids: Iterable[str]) -> int:
+        """Post the last committed checkpoint record of each of ``processor_ids``, whose
+        transactions are fenced already (by :meth:`fence_and_recover`, or by this
+        worker's own producer taking its id over); how many were posted."""
         ids = {self._eo.transactional_id(p): p for p in processor_ids}
-        fence(self._eo.bootstrap, sorted(ids))
         posted = 0
         records = read_log(self._eo.bootstrap, self._eo.log_topic, set(ids))
         for tid, record in sorted(latest_records(records).items()):

@@ -10,6 +10,7 @@ bumps its epoch, and the broker refuses every later write or commit of an older 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -45,10 +46,10 @@ class CheckpointRecord:
     checkpoints: dict[str, Any]
 
 
-def transactional_id(job: str, processor_id: str, incarnation: str) -> str:
-    """The id of one registration of one processor (a new incarnation per registration:
-    a worker registering again never shares an id with its zombie self)."""
-    return f"coxswain.{job}.{processor_id}.{incarnation}"
+def transactional_id(job: str, processor_id: str) -> str:
+    """A processor's transactional id, the same for each of its incarnations: the next
+    one fences the one before as it starts (``init_transactions``)."""
+    return f"coxswain.{job}.{processor_id}"
 
 
 def _fenced(e: KafkaException) -> bool:
@@ -179,8 +180,10 @@ class TransactionalOutput:
 
     def close(self) -> None:
         """Drop the producer (an open transaction is aborted by the broker after its
-        timeout, or at once by the next ``init_transactions`` with this id)."""
-        self._producer.flush(0)
+        timeout, or at once by the next ``init_transactions`` with this id). Never raises:
+        a fenced producer's flush does, and a worker renewing after a fence closes one."""
+        with contextlib.suppress(KafkaException):
+            self._producer.flush(0)
 
 
 def fence(bootstrap: str, ids: Iterable[str], timeout_s: float = 30.0) -> None:

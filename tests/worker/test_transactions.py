@@ -50,7 +50,7 @@ def committed(kafka: LocalKafka, topic: str, partitions: int) -> list[bytes]:
 
 def test_a_batch_and_its_checkpoint_record_commit_together(kafka: LocalKafka) -> None:
     output, log_topic = topics(kafka)
-    tid = transactional_id("job", "w0", uuid.uuid4().hex[:8])
+    tid = transactional_id(f"job-{uuid.uuid4().hex[:8]}", "w0")
     out = TransactionalOutput(kafka.bootstrap, tid, output, log_topic).start()
     try:
         first = out.write([(b"k%d" % i, b"v%d" % i) for i in range(500)], 3,
@@ -72,7 +72,7 @@ def test_a_fenced_incarnation_cannot_commit_and_its_open_transaction_is_aborted(
     kafka: LocalKafka,
 ) -> None:
     output, log_topic = topics(kafka)
-    tid = transactional_id("job", "w1", uuid.uuid4().hex[:8])
+    tid = transactional_id(f"job-{uuid.uuid4().hex[:8]}", "w1")
     zombie = TransactionalOutput(kafka.bootstrap, tid, output, log_topic).start()
 
     def fenced_mid_batch() -> Iterator[tuple[bytes, bytes]]:

@@ -89,6 +89,7 @@ class BatchRunner:
         self.read: dict[tuple[str, int], int] = {}  # (topic, p) -> end of its last batch
         self.committed: dict[tuple[str, int], int] = {}  # (topic, p) -> last commit's end
         self.transactions: TransactionalOutput | None = None  # exactly-once output
+        self._transactions_committed = 0  # (for the test hook)
         self.committer = self._new_committer()
         self.busy = BusyMeter()
         self.stats: dict[str, Any] = {}
@@ -231,7 +232,8 @@ class BatchRunner:
         except TransactionFenced as e:  # another incarnation or a participant fenced us
             raise Fenced(409, "fenced", f"transactional id {transactions.transactional_id} "
                                         f"fenced: {e}") from e
-        _exit_after_transaction_for_tests()
+        self._transactions_committed += 1
+        _exit_after_transaction_for_tests(self._transactions_committed)
         delay = 0.2
         while True:
             try:
@@ -489,21 +491,15 @@ def _rows(tables: tuple[Any, ...]) -> Iterator[tuple[bytes | None, bytes | None]
                        strict=True)
 
 
-def _exit_after_transaction_for_tests() -> None:
+def _exit_after_transaction_for_tests(committed: int) -> None:
     """A test hook (``COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS=N``): the process dies right
     after its N-th committed transaction, before the checkpoint is posted, as a kill -9
     between the two would leave it."""
     wanted = os.environ.get("COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS")
-    if not wanted:
-        return
-    _TRANSACTIONS[0] += 1
-    if _TRANSACTIONS[0] >= int(wanted):
+    if wanted and committed >= int(wanted):
         log.error("test hook: exiting after transaction %d, before its checkpoint is "
-                  "posted", _TRANSACTIONS[0])
+                  "posted", committed)
         os._exit(137)
-
-
-_TRANSACTIONS = [0]  # committed transactions of this process (the test hook's count)
 
 
 def _age(since: float | None) -> float:

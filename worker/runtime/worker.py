@@ -123,13 +123,13 @@ class Worker:
         if eo is None:
             self._runner.renew()
         else:
-            # before anything is acked: fence this processor's earlier incarnation (dead
-            # or a zombie) and recover what it committed, then take the id over
+            # before anything is acked: take the id over (which fences this processor's
+            # earlier incarnation, dead or a zombie), then recover what it committed
             fencing = Fencing(eo, self._client)
-            fencing.fence_and_recover([self.processor_id])
             self._runner.renew(TransactionalOutput(
                 eo.bootstrap, eo.transactional_id(self.processor_id), eo.output_topic,
                 eo.log_topic).start())
+            fencing.recover([self.processor_id])
         interval_s = reg.heartbeat_interval_ms / 1000
         follower = ModelFollower(self._client, self.processor_id, self._over).start()
         keeper = None
