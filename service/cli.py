@@ -98,7 +98,8 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                     "help": "allow a non-loopback address without tokens"}),
     ("--replica-id", {"help": "this replica's id (default hostname-pid)"}),
     ("--log-json", {"action": "store_true", "help": "one JSON object per log line"}),
-    ("--log-level", {"help": "DEBUG | INFO | WARNING (INFO)"}),
+    ("--log-level", {"help": "DEBUG | INFO | WARNING (INFO), then LOGGER=LEVEL "
+                              "overrides, e.g. INFO,coxswain.leader=DEBUG"}),
 ]
 
 
@@ -131,7 +132,10 @@ def _serve(args: argparse.Namespace) -> None:
         settings.check_bind_is_safe()
     except SettingsError as e:
         raise SystemExit(f"coxswain: {e}") from None
-    configure(settings.log_json, settings.log_level)
+    try:
+        configure(settings.log_json, settings.log_level)
+    except ValueError as e:
+        raise SystemExit(f"coxswain: --log-level: {e}") from None
     # one leader per store in the modes without an election: before serving anything
     lock = store_lock(settings)
     leader = None
@@ -418,7 +422,10 @@ def _worker(args: argparse.Namespace) -> None:
     from worker.state.blobs import BlobStoreOptions
     from worker.state.tasks import StateConfig
 
-    configure(json_lines=False, level=args.log_level)
+    try:
+        configure(json_lines=False, level=args.log_level)
+    except ValueError as e:
+        raise SystemExit(f"coxswain worker: --log-level: {e}") from None
     try:
         spark_conf = parse_conf(args.conf)
         extra_files = py_files(args.py_files)
@@ -708,7 +715,10 @@ def parser() -> argparse.ArgumentParser:
                         "checkpoint needs (0: never)")
     w.add_argument("--blob-gc-grace-s", type=float, default=3600.0,
                    help="indexes and blobs younger than this are always kept")
-    w.add_argument("--log-level", default="INFO", help="DEBUG | INFO | WARNING")
+    w.add_argument("--log-level", default="INFO",
+                   help="DEBUG | INFO | WARNING, then LOGGER=LEVEL overrides, e.g. "
+                        "INFO,coxswain.worker.batches=DEBUG (each batch's ranges, starts, "
+                        "cuts and commit)")
     w.set_defaults(func=_worker)
 
     dev = sub.add_parser("dev", help="local services for trying the full system",

@@ -47,11 +47,32 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{extras}]" if extras else line
 
 
+def parse_levels(spec: str) -> tuple[str, dict[str, str]]:
+    """``INFO`` or ``INFO,coxswain.worker.batches=DEBUG``: the root level, then per-logger
+    overrides. Raises ``ValueError`` naming what is wrong (a typo must not silently log
+    nothing)."""
+    root, *rest = [part.strip() for part in spec.split(",")]
+    overrides: dict[str, str] = {}
+    for part in rest:
+        name, sep, level = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"log level {part!r}: expected LOGGER=LEVEL")
+        overrides[name.strip()] = level.strip().upper()
+    for level in (root.upper(), *overrides.values()):
+        if not isinstance(logging.getLevelName(level), int):
+            raise ValueError(f"unknown log level {level!r} (DEBUG, INFO, WARNING, ERROR)")
+    return root.upper(), overrides
+
+
 def configure(json_lines: bool, level: str) -> None:
-    """Send every log record to stderr in the chosen format."""
+    """Send every log record to stderr in the chosen format; ``level`` as
+    :func:`parse_levels` reads it."""
+    root_level, overrides = parse_levels(level)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(root_level)
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    for name, lvl in overrides.items():
+        logging.getLogger(name).setLevel(lvl)
