@@ -45,6 +45,7 @@ def check(records: list[dict[str, Any]], produced: dict[str, list[int]], excused
         report.lost += len(missing)
         for seq in missing[:3]:  # where it went missing: the records around it
             around = [first.get((key, s)) for s in (seq - 1, seq + 1)]
+            report.lost_around.append((around[0], around[1]))
             report.examples.insert(0, f"lost {(key, seq)}: before it {around[0]}, "
                                       f"after it {around[1]}")
         if seqs != sorted(seqs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 #: faults of every run: processes killed or stopped, services stopped
 FAULTS = ("kill_worker", "kill_leader", "stop_leader", "restart_zookeeper", "stop_postgres")
@@ -86,6 +87,11 @@ class ChaosReport:
     drain_seconds: float = 0.0
     examples: list[str] = field(default_factory=list)
     kinds: tuple[str, ...] = FAULTS
+    # lost records' neighbours (the output before and after each), and what the logs
+    # say about them (``bench.chaos.trace``), for a failed check
+    lost_around: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = field(
+        default_factory=list)
+    trace: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -110,6 +116,7 @@ class ChaosReport:
             f"workers that exited on their own: {self.worker_exits or 'none'}",
             f"drained in {self.drain_seconds:.0f}s",
             *self.examples[:10],
+            *self.trace,
         ]
 
     def cost_lines(self) -> list[str]:

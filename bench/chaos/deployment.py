@@ -98,7 +98,10 @@ class Deployment:
         args = [sys.executable, "-m", "service.cli", "worker", "--coordinator", self.urls,
                 "--kafka-bootstrap", self.kafka.bootstrap, "--processor-id", pid,
                 "--location", f"host-{pid}", "--spark-master", "local[1]",
-                "--max-offsets-per-trigger", "2000"]
+                "--max-offsets-per-trigger", "2000",
+                # each batch's ranges, starts, cuts and commit: a failed check traces
+                # its lost records through them (``bench.chaos.trace``)
+                "--log-level", "INFO,coxswain.worker.batches=DEBUG"]
         env = {**os.environ, "KAFKA_BOOTSTRAP": self.kafka.bootstrap,
                "OUTPUT_TOPIC": self.output}
         log = (self.root / f"{pid}.log").open("ab")

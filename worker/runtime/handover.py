@@ -253,7 +253,10 @@ class Handover:
     def _add(self, plan: QueryPlan) -> None:
         running = self._runner.add(plan)
         log.info("version %d: running %s; source plan %d: %s", plan.version,
-                 ", ".join(sorted({s.task for s in plan.starts})[:10]),
+                 ", ".join(f"{s.task} from {s.partition}:{s.start}" for s in sorted(
+                     plan.starts, key=lambda s: (s.task, s.partition))[:10])
+                 + (f" (skips {[(w.partition, w.factor, w.bucket, w.offset) for w in plan.skips]})"
+                    if plan.skips else ""),
                  running.source.version,
                  {k: (p.start, p.generation) for k, p in sorted(
                      running.source.partitions.items())[:10]})

@@ -19,7 +19,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -157,7 +157,7 @@ class TaskStates:
                     sources_used |= sources
                     self._restore_composed(task, checkpoint, parts)
                 else:
-                    self._restore_own(task, marker)
+                    self._restore_own(task, marker, checkpoint.get("inputOffsets", ()))
                 self._built[task] = next(self._builds)
         # the source tasks' copies served their purpose (older factors' tasks), unless a
         # restore beside this one made one of them a task of this processor again
@@ -166,7 +166,8 @@ class TaskStates:
                 if self._built.get(name, -1) < started:
                     shutil.rmtree(task_dir(self.state_dir, name), ignore_errors=True)
 
-    def _restore_own(self, task: str, marker: str | None) -> None:
+    def _restore_own(self, task: str, marker: str | None,
+                     starts: Iterable[Mapping[str, Any]] = ()) -> None:
         result: RestoreResult | None = None
         if marker is not None:
             result = restore_snapshot(self.state_dir, marker, self._blobs, self._digests)
@@ -181,9 +182,14 @@ class TaskStates:
             "seconds": 0.0 if result is None else round(result.seconds, 3),
             "count": self._restored_before(task) + 1}
         if result is not None:
+            # the snapshot's offsets beside the task's start: a start past them is
+            # right only when no record of the task's came in between (a commit without
+            # a snapshot of its own says so)
             log.info("task %s: state restored from %s (%s, %d bytes in %d files "
-                     "downloaded, %.2fs)", task, marker, result.source,
-                     result.downloaded_bytes, result.downloaded_files, result.seconds)
+                     "downloaded, %.2fs); snapshot at %s, start %s", task, marker,
+                     result.source, result.downloaded_bytes, result.downloaded_files,
+                     result.seconds, _positions(result.index.input_offsets),
+                     _positions(starts))
 
     def _restored_before(self, task: str) -> int:
         """How many times this processor restored ``task`` before (a task it keeps
@@ -436,6 +442,17 @@ def _id(name: str) -> CheckpointId | None:
         return CheckpointId.parse(name)
     except CheckpointFormatError:
         return None  # a .partial or .tmp folder
+
+
+def _positions(offsets: Iterable[Mapping[str, Any]]) -> str:
+    """``partition[.bucket]:offset`` of each SSP(Kb), for the logs."""
+    out = []
+    for o in offsets:
+        ssp = o.get("ssp") or {}
+        bucket = ssp.get("keyBucket")
+        out.append(f"{ssp.get('partition')}{'' if bucket is None else f'.{bucket}'}:"
+                   f"{o.get('offset')}")
+    return " ".join(out) or "-"
 
 
 @contextmanager
