@@ -14,11 +14,21 @@ Missing a signal is always safe: a task that never sees it processes its rows wh
 reports nothing, so the batch commits it whole, as a batch that was not cut (the
 handover then waits for that task). So an executor that cannot reach the driver's
 server, or a request that fails or times out, reads "not cut".
+
+Missing a *report* is not: a task that stopped early and whose report never arrives
+would be committed whole, past the records it left. Reports travel in a Spark
+accumulator, whose updates the driver applies once per successful task; but Spark's
+scheduler logs and drops an update it fails to apply, and the batch commits without it.
+On a folder, each report is also written as a file beside the signal (written before
+the task ends: a failed write fails the task, loudly), and the driver takes the lowest
+offset either channel names, logging an error when they differ.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.server
+import json
 import logging
 import os
 import threading
@@ -26,6 +36,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Protocol
+
+#: (task, topic, partition) -> the offset of the first record the task left
+Left = dict[tuple[str, str, int], int]
 
 log = logging.getLogger("coxswain.worker")
 
@@ -44,7 +57,11 @@ class CutSignals(Protocol):
         """Batch ``batch_id`` is cut (``OSError`` if the signal could not be set)."""
 
     def clear(self, batch_id: int) -> None:
-        """Batch ``batch_id`` is over: its signal goes."""
+        """Batch ``batch_id`` is over: its signal goes (and its reports)."""
+
+    def reports(self, batch_id: int) -> Left | None:
+        """The reports executors left beside the signal of batch ``batch_id`` (None: this
+        channel carries none; the accumulator alone does)."""
 
     def close(self) -> None:
         """Nothing is signalled any more."""
@@ -53,6 +70,37 @@ class CutSignals(Protocol):
 def signal_path(folder: str | Path, batch_id: int) -> Path:
     """The file whose presence cuts batch ``batch_id``."""
     return Path(folder) / f"cut-{batch_id}"
+
+
+def report_path(folder: str | Path, batch_id: int, task: str) -> Path:
+    """The file holding ``task``'s report for batch ``batch_id``."""
+    digest = hashlib.sha1(task.encode(), usedforsecurity=False).hexdigest()[:16]
+    return Path(folder) / f"left-{batch_id}-{digest}.json"
+
+
+def write_report(where: str, batch_id: int, task: str,
+                 left: dict[tuple[str, int], int]) -> None:
+    """In an executor: ``task`` of batch ``batch_id`` left its records from these offsets
+    (per topic, partition) on, in a file beside the signal (a folder channel only; the
+    write is atomic, and failing it fails the Spark task)."""
+    if where.startswith("http://"):
+        return
+    path = report_path(where, batch_id, task)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"task": task, "left": [[t, p, o] for (t, p), o in
+                                                      sorted(left.items())]}))
+    os.replace(tmp, path)
+
+
+def read_reports(folder: str | Path, batch_id: int) -> Left:
+    """The reports written for batch ``batch_id`` (:func:`write_report`)."""
+    out: Left = {}
+    for path in Path(folder).glob(f"left-{batch_id}-*.json"):
+        found = json.loads(path.read_text())
+        for topic, partition, offset in found["left"]:
+            key = (str(found["task"]), str(topic), int(partition))
+            out[key] = min(out.get(key, int(offset)), int(offset))
+    return out
 
 
 def is_cut(where: str, batch_id: int) -> bool:
@@ -98,10 +146,16 @@ class FolderSignals:
 
     def clear(self, batch_id: int) -> None:
         signal_path(self._folder, batch_id).unlink(missing_ok=True)
+        for path in self._folder.glob(f"left-{batch_id}-*.json"):
+            path.unlink(missing_ok=True)
+
+    def reports(self, batch_id: int) -> Left | None:
+        return read_reports(self._folder, batch_id)
 
     def close(self) -> None:
-        for path in self._folder.glob("cut-*"):
-            path.unlink(missing_ok=True)
+        for pattern in ("cut-*", "left-*"):
+            for path in self._folder.glob(pattern):
+                path.unlink(missing_ok=True)
 
 
 class HttpSignals:
@@ -149,6 +203,9 @@ class HttpSignals:
     def clear(self, batch_id: int) -> None:
         with self._lock:
             self._cut.discard(batch_id)
+
+    def reports(self, batch_id: int) -> Left | None:
+        return None  # executors on other hosts: the accumulator alone
 
     def close(self) -> None:
         with self._lock:

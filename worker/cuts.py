@@ -15,7 +15,9 @@ processed of a key bucket is always a prefix: committing that prefix is exact. R
 travel in a Spark accumulator, whose updates Spark applies for the successful attempt of
 each task only, once the batch's job is done; a failed attempt's output is a duplicate
 past the commit, as with any failure. The signal travels as ``worker.cut_signals`` says:
-a file on the driver's disk (``local[N]``), or the driver's HTTP answer (a cluster).
+a file on the driver's disk (``local[N]``), or the driver's HTTP answer (a cluster); on
+the driver's disk the reports are written beside it too, since Spark drops an
+accumulator update it fails to apply without failing the job.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from worker.cut_signals import is_cut
+from worker.cut_signals import is_cut, write_report
 
 #: (batch id, task, topic, partition) -> the offset of the first record the task left
 Reports = dict[tuple[int, str, str, int], int]
@@ -69,6 +71,7 @@ class CutPlan:
     def report(self, task: str, left: Mapping[tuple[str, int], int]) -> None:
         """``task`` left the records from these offsets (per topic, partition) on."""
         if left:
+            write_report(self.where, self.batch_id, task, dict(left))
             self.reports.add({(self.batch_id, task, t, p): int(o)
                               for (t, p), o in left.items()})
 

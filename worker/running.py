@@ -207,11 +207,15 @@ def rewound(running: Running, done: Done, ends: Mapping[tuple[str, int], int]
             needs.append(replace(s, start=got))
             cut_short.add(key)
     behind = {k: v for k, v in _earliest(needs).items() if k in cut_short}
-    if not behind:
-        return running
+    return read_again(running, behind) if behind else running
+
+
+def read_again(running: Running, starts: Mapping[tuple[str, int], int]) -> Running:
+    """``running`` with each partition of ``starts`` read again from there, at a new
+    generation (every task goes on from its own point: :func:`for_batch`)."""
     partitions = dict(running.source.partitions)
     generation = running.next_generation
-    for (topic, p), start in sorted(behind.items()):
+    for (topic, p), start in sorted(starts.items()):
         name = _key(running.plan, topic, p)
         if name in partitions:
             partitions[name] = replace(partitions[name], start=_source_start(start),
@@ -219,6 +223,17 @@ def rewound(running: Running, done: Done, ends: Mapping[tuple[str, int], int]
             generation += 1
     return replace(running, source=SourcePlan(running.source.version + 1, partitions),
                    next_generation=generation)
+
+
+def read_past(plan: QueryPlan, froms: Mapping[tuple[str, int], int]) -> list[SspStart]:
+    """The key spaces of ``plan`` (a batch's, :func:`for_batch`) that the batch read
+    from past their start (``froms``: where the batch's range of each partition begins):
+    run, they would skip the records in between and commit past them. None should
+    ever be: each partition goes on from where its last batch ended, or is read again
+    from the furthest-behind start. A guard, so that a slip anywhere in the reading
+    becomes a partition read again, not a silent loss."""
+    return [s for s in plan.starts if s.start >= 0
+            and froms.get((s.topic, s.partition), s.start) > s.start]
 
 
 def only(plan: QueryPlan, tasks: Iterable[str]) -> QueryPlan:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.local.ports import free_port
-from worker.cut_signals import FolderSignals, HttpSignals, is_cut, unreachable
+from worker.cut_signals import FolderSignals, HttpSignals, is_cut, unreachable, write_report
 
 
 def test_folder_signals_are_files_named_for_the_batch(tmp_path: Path) -> None:
@@ -42,3 +42,31 @@ def test_http_signals_answer_per_batch_and_a_driver_out_of_reach_reads_not_cut()
     nobody = f"http://127.0.0.1:{free_port()}"
     assert not is_cut(nobody, 1)
     assert "URLError" in unreachable(nobody) or "Error" in unreachable(nobody)
+
+
+def test_folder_reports_are_read_per_batch_lowest_first_and_cleared(tmp_path: Path) -> None:
+    """A report written beside the signal is the driver's second channel: an update
+    Spark drops from the accumulator must not let a task be committed past what it left."""
+    signals = FolderSignals(tmp_path / "cuts")
+    where = signals.where
+    write_report(where, 7, "Partition 3_1_2", {("orders", 3): 1049})
+    write_report(where, 7, "Partition 2_1_2", {("orders", 2): 1212, ("orders", 5): 9})
+    write_report(where, 8, "Partition 3_1_2", {("orders", 3): 1100})
+    write_report(where, 7, "Partition 3_1_2", {("orders", 3): 1049})  # (again: same file)
+    assert signals.reports(7) == {("Partition 3_1_2", "orders", 3): 1049,
+                                  ("Partition 2_1_2", "orders", 2): 1212,
+                                  ("Partition 2_1_2", "orders", 5): 9}
+    signals.clear(7)
+    assert signals.reports(7) == {}
+    assert signals.reports(8) == {("Partition 3_1_2", "orders", 3): 1100}
+    signals.close()
+    assert list((tmp_path / "cuts").iterdir()) == []
+
+
+def test_http_signals_carry_no_reports() -> None:
+    signals = HttpSignals("127.0.0.1")
+    try:
+        write_report(signals.where, 7, "Partition 0", {("orders", 0): 5})  # nowhere
+        assert signals.reports(7) is None
+    finally:
+        signals.close()

@@ -28,7 +28,7 @@ from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
-from worker.cut_signals import CutSignals
+from worker.cut_signals import CutSignals, Left
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for
 from worker.kafka_source import readers_of
 from worker.plan import QueryPlan, sql_string
@@ -38,6 +38,9 @@ from worker.running import (
     advanced,
     for_batch,
     nothing,
+    only,
+    read_again,
+    read_past,
     remove,
     retag,
     rewound,
@@ -52,6 +55,10 @@ from worker.transactions import Fenced as TransactionFenced
 from worker.transactions import TransactionalOutput
 
 log = logging.getLogger("coxswain.worker")
+# each batch's ranges, the key spaces it ran from where, its cuts and its commit: what
+# a lost or doubled record is traced back to (``--log-level INFO,coxswain.worker.batches=
+# DEBUG``; the chaos runs keep it)
+trace = logging.getLogger("coxswain.worker.batches")
 
 #: the first batch running gained tasks reads at most this share of the steered limit
 #: (Kafka), and at most :data:`FIRST_BATCH_S` of it: their first output comes at its end
@@ -111,6 +118,7 @@ class BatchRunner:
         self._cut_lock = threading.Lock()
         self._reports: Any = None  # the accumulator, made with the first cuttable batch
         self._planned_under: int | None = None  # the batch in flight's source plan version
+        self._ranges_read: dict[str, Any] = {}  # the batch in flight's ranges (tracing)
         self.cuts = 0  # batches cut short so far
 
     # -- the running tasks (each change applied at the batch boundary)
@@ -252,6 +260,7 @@ class BatchRunner:
         """``foreachBatch``: process the batch for the tasks running now, then commit."""
         with self.boundary.batch():
             if self._over.is_set():
+                trace.debug("batch %d: lease over, not run", batch_id)
                 return  # this lease is over: the next owner takes these records
             started = time.monotonic()
             plan = self.running.plan
@@ -264,7 +273,7 @@ class BatchRunner:
                     *_measured(batch, plan.system == "kinesis"), 0)
                 for key, end in ends.items():
                     self.read[key] = max(self.read.get(key, end), end)
-                now = for_batch(plan, gens, self._done)
+                now = self._guarded(batch_id, for_batch(plan, gens, self._done))
                 waiting = {(s.topic, s.partition) for s in plan.starts} - {
                     (s.topic, s.partition) for s in now.starts}
                 if waiting & set(gens):  # read before the generation its tasks count from
@@ -273,6 +282,9 @@ class BatchRunner:
                              sorted(waiting & set(gens)), {k: gens[k] for k in waiting & set(gens)})
                 log.debug("batch %d: %d rows, ends %s, generations %s, %d key spaces run",
                           batch_id, read, ends, gens, len(now.starts))
+                if not now.starts:
+                    trace.debug("batch %d v%d read %s | no key space at its generation",
+                                batch_id, plan.version, _traced_ranges(self._ranges_read, ends))
                 cut_short = self._run(batch, batch_id, now, ends, readers) if now.starts \
                     else False
             finally:
@@ -296,14 +308,39 @@ class BatchRunner:
                 self.stats["batchLimit"] = self._size.limit
                 self.stats["batchesCut"] = self.cuts
 
+    def _guarded(self, batch_id: int, now: QueryPlan) -> QueryPlan:
+        """``now`` without the tasks the batch read past the start of (Kafka: where each
+        partition's range begins is known), their partitions read again from there from
+        the next batch on, loudly: the reading slipped, and running them would skip
+        records and commit past them (``worker.running.read_past``)."""
+        froms = {split_key(k): int(r["from"]) for k, r in self._ranges_read.items()
+                 if int(r["to"]) > int(r["from"])}
+        past = read_past(now, froms)
+        if not past:
+            return now
+        log.error("batch %d: read %s from past where %s start (%s): not run in it; "
+                  "those partitions are read again from there", batch_id,
+                  sorted({f"{s.topic}/{s.partition}@{froms[(s.topic, s.partition)]}"
+                          for s in past}), sorted({s.task for s in past}),
+                  ", ".join(f"{s.task} {s.partition}:{s.start}" for s in past))
+        again: dict[tuple[str, int], int] = {}
+        for s in past:
+            key = (s.topic, s.partition)
+            again[key] = min(again.get(key, s.start), s.start)
+        self.running = read_again(self.running, again)
+        self.boundary.queue(lambda: None)  # published as this batch ends
+        return only(now, {s.task for s in now.starts} - {s.task for s in past})
+
     def _ranges(self, batch_id: int) -> tuple[Ends, Ends, int, int] | None:
         """A Kafka batch's ends, generations, records and the Spark tasks reading it,
         from the source's offsets (``worker.kafka_source``): no Spark job for them (None:
         unreadable)."""
         found = self._batch_offsets(batch_id)
         self._planned_under = None
+        self._ranges_read = {}
         if found is None or not isinstance(found.get("p"), dict):
             return None
+        self._ranges_read = found["p"]
         # the source plan's version the batch was planned under (a change since: cut it)
         self._planned_under = int(found.get("v") or 0)
         ends: Ends = {}
@@ -369,6 +406,7 @@ class BatchRunner:
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
         output: list[Any] = []
+        beside: Left | None = None  # the reports the signals' channel carried
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
@@ -377,10 +415,18 @@ class BatchRunner:
                 output.append if self.transactions is not None else None))
         finally:
             if cut is not None:
-                self._uncut(batch_id)
+                beside = self._uncut(batch_id)
         if remote is not None and checkpoint_id is not None:
             remote.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
         left = of_batch(self._reports.value, batch_id) if cut is not None else {}
+        if beside is not None and beside != left:
+            # Spark drops an accumulator update it fails to apply (it logs it): a task
+            # committed whole past records it left would lose them
+            log.error("batch %d: the cut reports of the accumulator (%s) and of the "
+                      "signals' folder (%s) differ; each task is committed to the lowest",
+                      batch_id, left, beside)
+            for spot, offset in beside.items():
+                left[spot] = min(left.get(spot, offset), offset)
         if left:
             self._reports.value = {}
             self.cuts += 1
@@ -400,6 +446,14 @@ class BatchRunner:
             if end is not None:
                 key = (s.topic, s.partition)
                 self.committed[key] = max(self.committed.get(key, end), end)
+        if trace.isEnabledFor(logging.DEBUG):
+            trace.debug("batch %d v%d cid %s read %s | ran %s | left %s | commit %s",
+                        batch_id, plan.version, checkpoint_id, _traced_ranges(
+                            self._ranges_read, ends),
+                        " ".join(f"{s.task}:{s.partition}>={s.start}" for s in plan.starts),
+                        {f"{t}:{p}": o for (t, _, p), o in sorted(left.items())} or "-",
+                        " ".join(f"{t}={','.join(o['offset'] for o in c['inputOffsets'])}"
+                                 for t, c in sorted(checkpoints.items())) or "-")
         try:
             self.committer.submit(plan.version, checkpoints, checkpoint_id, tuple(output))
         except (Fenced, LeaseLost) as e:
@@ -424,12 +478,16 @@ class BatchRunner:
             self._cut()
         return CutPlan(self._signals.where, batch_id, pieces_for(batch_s), self._reports)
 
-    def _uncut(self, batch_id: int) -> None:
-        """Batch ``batch_id`` is over: nothing cuts it any more."""
+    def _uncut(self, batch_id: int) -> Left | None:
+        """Batch ``batch_id`` is over: nothing cuts it any more. Returns the reports its
+        tasks left beside the signal (None: the channel carries none)."""
         assert self._signals is not None
         with self._cut_lock:
             self._cuttable = None
-            self._signals.clear(batch_id)
+            try:
+                return self._signals.reports(batch_id)
+            finally:
+                self._signals.clear(batch_id)
 
     # -- the backlog, for the autosizer
 
@@ -466,6 +524,14 @@ def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, int]:
     ends = {(r["topic"], r["partition"]): int(r["end"]) + (1 if kinesis else 0) for r in per}
     gens = {(r["topic"], r["partition"]): int(r["gen"]) for r in per}
     return ends, gens, sum(int(r["n"]) for r in per)
+
+
+def _traced_ranges(ranges: dict[str, Any], ends: Ends) -> str:
+    """A batch's ranges for the trace: ``p[from,to)g`` each (Kafka), else its ends."""
+    if ranges:
+        return " ".join(f"{k.rpartition('/')[2]}[{r['from']},{r['to']})g{r['g']}"
+                        for k, r in sorted(ranges.items()) if int(r["to"]) > int(r["from"]))
+    return " ".join(f"{p}:..{e}" for (_, p), e in sorted(ends.items()))
 
 
 def _kinesis_backlog(plan: QueryPlan, latest: dict[str, Any], key: str) -> dict[str, int]:
