@@ -23,7 +23,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,6 +71,9 @@ class AsyncCommitter:
         self.skipped = 0  # commits superseded by a newer one before their upload
         self.failures = 0  # failed uploads (each tried again)
         self.last_failure: str | None = None  # the last one's reason, while it lasts
+        # tasks handed over without their last commit: task -> the newest commit (seq)
+        # that must not carry them (a later one may: the task came back)
+        self._forgotten: dict[str, int] = {}
         self._thread = threading.Thread(target=self._run, name="commit", daemon=True)
         self._thread.start()
 
@@ -106,6 +109,25 @@ class AsyncCommitter:
             while self._acked < before and self._error is None and not self._closed:
                 self._cond.wait()
             self._raise_error()
+
+    def forget(self, tasks: Iterable[str]) -> None:
+        """``tasks`` were handed over without their last commit (it did not end in
+        time): no commit submitted so far carries them any more, retries included, so
+        none lands after their next owner read where to start (it would start past what
+        it restored, or repeat what it did). An upload already on the wire may still
+        land; a commit left with no task is dropped as done."""
+        with self._cond:
+            for task in tasks:
+                self._forgotten[task] = self._seq
+
+    def _without_forgotten(self, commit: _Commit) -> _Commit:
+        """``commit`` without the tasks forgotten since it was submitted (under the
+        lock)."""
+        drop = {t for t in commit.checkpoints if self._forgotten.get(t, 0) >= commit.seq}
+        if not drop:
+            return commit
+        return replace(commit, checkpoints={t: c for t, c in commit.checkpoints.items()
+                                            if t not in drop})
 
     def unacknowledged_since(self) -> float | None:
         """When the oldest commit not yet acknowledged was submitted (monotonic)."""
@@ -149,6 +171,10 @@ class AsyncCommitter:
                     return
                 commit = self._in_flight
                 assert commit is not None
+                commit = self._without_forgotten(commit)
+                if not commit.checkpoints:  # every task of it handed over: nothing to send
+                    self._done(commit)
+                    continue
             try:
                 self._upload(commit.version, commit.checkpoints, commit.checkpoint_id,
                              commit.output)
@@ -167,9 +193,15 @@ class AsyncCommitter:
                              commit.version, failed_in_row)
                 failed_in_row = 0
                 self.last_failure = None
-                self._acked = commit.seq
-                self._in_flight, self._newest = self._newest, None  # the next, if any
-                self._cond.notify_all()
+                self._done(commit)
+
+    def _done(self, commit: _Commit) -> None:
+        """``commit`` is acknowledged (or had nothing left to send); the next, if any,
+        goes (under the lock)."""
+        self._acked = commit.seq
+        self._forgotten = {t: seq for t, seq in self._forgotten.items() if seq > commit.seq}
+        self._in_flight, self._newest = self._newest, None
+        self._cond.notify_all()
 
     def _back_off(self, commit: _Commit, error: Exception, failed_in_row: int) -> None:
         """After a failed upload: wait, then try the newest commit (this one, or a newer

@@ -219,3 +219,35 @@ def test_every_batchs_output_is_uploaded_once_in_order_through_deferrals_and_fai
     assert c.flush(timeout_s=30)
     c.close()
     assert written == list(range(len(gaps)))
+
+
+def test_tasks_handed_over_without_their_last_commit_are_never_sent_after() -> None:
+    """A hand-over that gave up waiting forgets its tasks: the retries of the commit
+    carrying them go out without them (the kept tasks still commit), a commit left with
+    none is dropped as done, and a later commit of a task that came back carries it."""
+    outage = Outage()
+    sent: list[dict[str, Any]] = []
+
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+               output: tuple[Any, ...] = ()) -> int:
+        outage(version, {"n": len(sent)}, checkpoint_id)  # fails until up
+        sent.append(cps)
+        return 1
+
+    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    c.submit(1, {"lost": 10, "kept": 10})
+    assert c.flush(timeout_s=0.1) is False  # the blob store or the coordinator down
+    c.forget(["lost"])
+    outage.up.set()
+    assert c.flush(timeout_s=10) is True
+    assert sent == [{"kept": 10}]
+    c.submit(1, {"lost": 20})  # it came back to this processor
+    assert c.flush(timeout_s=10) is True
+    assert sent[-1] == {"lost": 20}
+    outage.up.clear()
+    c.submit(2, {"gone": 30})
+    assert c.flush(timeout_s=0.1) is False
+    c.forget(["gone"])
+    assert c.flush(timeout_s=10) is True  # nothing left of it: dropped as done
+    assert sent[-1] == {"lost": 20}
+    c.close()

@@ -124,6 +124,9 @@ class Handover:
                 log.error("version %d: last commit of %d tasks not done within %.0fs (%s); "
                           "handing over without it", version, len(lost),
                           self._commit_wait_s, self._runner.committer.last_failure)
+                # and for good: a retry of it landing after the next owners read their
+                # checkpoints would pair their state with offsets it does not hold
+                self._runner.committer.forget(lost)
         for name in [n for n in self._restoring if n not in mine]:
             del self._restoring[name]  # its restore ends unused
         self._waiting &= set(mine)
