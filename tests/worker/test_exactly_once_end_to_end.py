@@ -105,26 +105,28 @@ def test_kills_a_crash_between_commit_and_post_rescales_and_a_leave_duplicate_no
                             app="tests.worker.apps:count_task", env=env)
 
     workers = {"w0": worker("w0"), "w1": worker("w1")}
+    hooked = ""
     try:
         wait_committed(kafka, output, 300, workers, tmp_path)
         producing.send(600)
         time.sleep(1)
         crash(workers["w1"])  # kill -9 mid-run: its open transaction is fenced
-        workers["w1"] = worker("w1")
+        # its next incarnation dies right after its second transaction commits, before
+        # its post, in the middle of a rescale
+        workers["w1"] = worker("w1", COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS="2")
         with server.client() as c:
             assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
-        producing.send(600)
-        wait_committed(kafka, output, producing.total, workers, tmp_path)
-        # w2 dies right after its second transaction commits, before its post
-        workers["w2"] = worker("w2", COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS="2")
         deadline = time.monotonic() + 240
-        while workers["w2"].poll() is None:  # records for its tasks once it has some
-            assert time.monotonic() < deadline, (tmp_path / "w2.log").read_text()[-3000:]
+        while workers["w1"].poll() is None:  # records for its tasks once it has some
+            assert time.monotonic() < deadline, (tmp_path / "w1.log").read_text()[-3000:]
             producing.send(50)
             time.sleep(1)
-        assert workers["w2"].returncode == 137, (tmp_path / "w2.log").read_text()[-3000:]
-        kill_process_group(workers["w2"].pid)  # its Spark JVM, as a host crash would
-        workers["w2"] = worker("w2")  # its next incarnation recovers that checkpoint
+        hooked = (tmp_path / "w1.log").read_text()
+        assert workers["w1"].returncode == 137, hooked[-3000:]
+        kill_process_group(workers["w1"].pid)  # its Spark JVM, as a host crash would
+        workers["w1"] = worker("w1")  # the one after recovers that checkpoint
+        producing.send(600)
+        wait_committed(kafka, output, producing.total, workers, tmp_path)
         with server.client() as c:
             assert c.post("/scale", json={"elasticityFactor": 2}).status_code == 202
         producing.send(600)
@@ -140,7 +142,7 @@ def test_kills_a_crash_between_commit_and_post_rescales_and_a_leave_duplicate_no
     records = read_committed(kafka, output)
     check_exactly_once(records, producing)
     logs = {pid: (tmp_path / f"{pid}.log").read_text() for pid in workers}
-    assert "test hook: exiting after transaction 2" in logs["w2"]
+    assert "test hook: exiting after transaction 2" in hooked
     assert any("recovered its last checkpoint" in log for log in logs.values())
     print(f"{len(records)} records, each exactly once")
 
