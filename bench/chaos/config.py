@@ -92,13 +92,17 @@ class ChaosReport:
     lost_around: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = field(
         default_factory=list)
     trace: list[str] = field(default_factory=list)
+    # worker log lines: a reading that slipped past a task's start (a bug, though
+    # healed: fails the run), a cut report Spark dropped (healed; Spark's: reported)
+    slipped: list[str] = field(default_factory=list)
+    dropped_reports: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return (self.lost == 0 and self.order_violations == 0
                 and self.unexplained_duplicates == 0 and self.wrong_counts == 0
                 and not self.versions_backwards and self.final_barrier == "done"
-                and not self.worker_exits)
+                and not self.worker_exits and not self.slipped)
 
     def lines(self) -> list[str]:
         return [
@@ -115,6 +119,9 @@ class ChaosReport:
             f"{self.final_version}, barrier {self.final_barrier}",
             f"workers that exited on their own: {self.worker_exits or 'none'}",
             f"drained in {self.drain_seconds:.0f}s",
+            f"readings that slipped past a task's start: {len(self.slipped)}; cut reports "
+            f"Spark dropped: {len(self.dropped_reports)}",
+            *self.slipped[:5], *self.dropped_reports[:5],
             *self.examples[:10],
             *self.trace,
         ]

@@ -52,7 +52,7 @@ from bench.chaos.check import check
 from bench.chaos.config import ChaosConfig, ChaosReport
 from bench.chaos.deployment import Deployment
 from bench.chaos.faults import Chaos
-from bench.chaos.trace import trace_lost
+from bench.chaos.trace import alarms, trace_lost
 from service.local.kafka import LocalKafka
 from service.local.orders import read_json_records
 from service.local.s3 import LocalS3
@@ -179,6 +179,7 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
             report.worker_exits.append(f"not in the last job model: "
                                        f"{sorted(set(d.workers) - set(model['containers']))}")
         check(records, produced, d.killed_pids, report, config.stateful)
+        report.slipped, report.dropped_reports = alarms(root)
         if report.lost:
             report.trace = trace_lost(root, report.lost_around, report.costs, faults_from)
         return report

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.chaos.config import FaultCost
-from bench.chaos.trace import trace_lost
+from bench.chaos.config import ChaosReport, FaultCost
+from bench.chaos.trace import alarms, trace_lost
 
 
 def logged(at: float, text: str) -> str:
@@ -44,3 +44,23 @@ def test_the_lost_records_task_is_traced_through_every_log_in_time_order(
 
 def test_nothing_is_traced_without_a_lost_record(tmp_path: Path) -> None:
     assert trace_lost(tmp_path, [], [], 0.0) == []
+
+
+def test_a_reading_that_slipped_fails_the_run_and_a_dropped_report_is_told(
+        tmp_path: Path) -> None:
+    t0 = float(int(time.time()))
+    (tmp_path / "w0.log").write_text("\n".join([
+        logged(t0, "ERROR coxswain.worker batch 9: read ['in/3@1056'] from past where "
+                   "['Partition 3_1_2'] start (Partition 3_1_2 3:1049): not run in it"),
+        logged(t0, "ERROR coxswain.worker batch 12: the cut reports of the accumulator "
+                   "({}) and of the signals' folder (...) differ"),
+        logged(t0, "INFO coxswain.worker batch 13: cut short, 2 tasks left records"),
+    ]) + "\n")
+    slipped, dropped = alarms(tmp_path)
+    assert len(slipped) == 1 and "batch 9" in slipped[0]
+    assert len(dropped) == 1 and "batch 12" in dropped[0]
+    report = ChaosReport(final_barrier="done", slipped=slipped, dropped_reports=dropped)
+    assert not report.ok
+    assert "readings that slipped past a task's start: 1; cut reports Spark dropped: 1" \
+        in report.lines()
+    assert ChaosReport(final_barrier="done", dropped_reports=dropped).ok
