@@ -74,11 +74,31 @@ def remove(running: Running, tasks: Iterable[str]) -> Running:
     return replace(running, plan=plan, source=source)
 
 
-def add(running: Running, new: QueryPlan, read: Mapping[tuple[str, int], int],
-        done: Done) -> Running:
+#: (topic, partition) -> (where this worker's processed batches of it got to: the end of
+#: the last one with its records, the source generation that batch read at)
+Read = Mapping[tuple[str, int], tuple[int, int]]
+
+
+def read_after(read: Read, ends: Mapping[tuple[str, int], int],
+               gens: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], tuple[int, int]]:
+    """``read`` after a batch that read each partition to ``ends`` at ``gens``: a newer
+    generation's end replaces an older one's (the partition is read again from
+    elsewhere), the same generation's only moves forward, an older one's is ignored."""
+    out = dict(read)
+    for key, end in ends.items():
+        gen = gens.get(key, 0)
+        before = out.get(key)
+        if before is None or gen > before[1]:
+            out[key] = (end, gen)
+        elif gen == before[1]:
+            out[key] = (max(end, before[0]), gen)
+    return out
+
+
+def add(running: Running, new: QueryPlan, read: Read, done: Done) -> Running:
     """``running`` with the tasks of ``new`` (a plan of those tasks only, from their
     resolved checkpoints) added; ``read``: per partition, where this worker's processed
-    batches got to (the end of the last one with its records); ``done``: where each
+    batches got to and at which generation (:func:`read_after`); ``done``: where each
     running task got to. Commits from now on are tagged ``new.version``, or the running
     tasks' newer one: restores end in any order, and a plan of an older version whose
     tasks are still this processor's must not tag the tasks a newer version gave it with
@@ -115,11 +135,18 @@ def add(running: Running, new: QueryPlan, read: Mapping[tuple[str, int], int],
     return Running(plan, SourcePlan(running.source.version + 1, partitions), generation)
 
 
-def _rewinds(known: PartitionStart, got: int | None, first: int) -> bool:
+def _rewinds(known: PartitionStart, read: tuple[int, int] | None, first: int) -> bool:
     """Whether a partition the query reads must be read again from ``first``: its
-    processed batches got past it (or, none processed yet, its planned start is)."""
+    processed batches of its current generation got past it (or, none processed yet,
+    its planned start is). A batch of an older generation says nothing: the partition
+    was planned again since (dropped and added back, or read again from elsewhere), and
+    its next batch starts at the plan's start, which may be past ``first`` though that
+    older batch ended before it (CI's stateful chaos loss: a bucket added after its
+    sibling, whose start was further on, while this worker's last read of the
+    partition, from an earlier lease, ended before both)."""
     if first == LATEST:
         return False
+    got = read[0] if read is not None and read[1] == known.generation else None
     if got is None:  # nothing of it processed yet: where its reading began
         if known.start == "earliest":
             return False
@@ -223,6 +250,18 @@ def read_again(running: Running, starts: Mapping[tuple[str, int], int]) -> Runni
             generation += 1
     return replace(running, source=SourcePlan(running.source.version + 1, partitions),
                    next_generation=generation)
+
+
+def needed_from(running: Running, done: Done, partitions: Iterable[tuple[str, int]]
+                ) -> dict[tuple[str, int], int]:
+    """Per partition of ``partitions``: where every running task of it still needs it
+    read from (each from the furthest of its start and where it got to, ``done``), the
+    earliest of them: reading it again from there skips nothing any task needs."""
+    wanted = set(partitions)
+    return _earliest(
+        s if (got := done.get((s.task, s.topic, s.partition))) is None or got <= s.start
+        else replace(s, start=got)
+        for s in running.plan.starts if (s.topic, s.partition) in wanted)
 
 
 def read_past(plan: QueryPlan, froms: Mapping[tuple[str, int], int]) -> list[SspStart]:

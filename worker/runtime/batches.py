@@ -37,8 +37,10 @@ from worker.running import (
     add,
     advanced,
     for_batch,
+    needed_from,
     nothing,
     only,
+    read_after,
     read_again,
     read_past,
     remove,
@@ -93,7 +95,8 @@ class BatchRunner:
         # the source reads what the running tasks are after each change
         self.boundary = BatchBoundary(lambda: publish(self.running))
         self._done: dict[tuple[str, str, int], int] = {}  # (task, topic, p) -> next offset
-        self.read: dict[tuple[str, int], int] = {}  # (topic, p) -> end of its last batch
+        # (topic, p) -> (end of its last batch, the generation that batch read at)
+        self.read: dict[tuple[str, int], tuple[int, int]] = {}
         self.committed: dict[tuple[str, int], int] = {}  # (topic, p) -> last commit's end
         self.transactions: TransactionalOutput | None = None  # exactly-once output
         self._transactions_committed = 0  # (for the test hook)
@@ -271,8 +274,7 @@ class BatchRunner:
             try:
                 ends, gens, read, readers = ranges if ranges is not None else (
                     *_measured(batch, plan.system == "kinesis"), 0)
-                for key, end in ends.items():
-                    self.read[key] = max(self.read.get(key, end), end)
+                self.read = read_after(self.read, ends, gens)
                 now = self._guarded(batch_id, for_batch(plan, gens, self._done))
                 waiting = {(s.topic, s.partition) for s in plan.starts} - {
                     (s.topic, s.partition) for s in now.starts}
@@ -323,11 +325,10 @@ class BatchRunner:
                   sorted({f"{s.topic}/{s.partition}@{froms[(s.topic, s.partition)]}"
                           for s in past}), sorted({s.task for s in past}),
                   ", ".join(f"{s.task} {s.partition}:{s.start}" for s in past))
-        again: dict[tuple[str, int], int] = {}
-        for s in past:
-            key = (s.topic, s.partition)
-            again[key] = min(again.get(key, s.start), s.start)
-        self.running = read_again(self.running, again)
+        # from where every task of those partitions still needs them: a task added
+        # meanwhile may need them from further back
+        self.running = read_again(self.running, needed_from(
+            self.running, self._done, {(s.topic, s.partition) for s in past}))
         self.boundary.queue(lambda: None)  # published as this batch ends
         return only(now, {s.task for s in now.starts} - {s.task for s in past})
 
