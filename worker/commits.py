@@ -115,7 +115,9 @@ class AsyncCommitter:
         time): no commit submitted so far carries them any more, retries included, so
         none lands after their next owner read where to start (it would start past what
         it restored, or repeat what it did). An upload already on the wire may still
-        land; a commit left with no task is dropped as done."""
+        land; a commit left with no task is dropped as done. At-least-once output
+        only: an exactly-once commit's output is not split by task (its hand-over
+        registers again instead)."""
         with self._cond:
             for task in tasks:
                 self._forgotten[task] = self._seq

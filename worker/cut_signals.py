@@ -34,6 +34,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -90,6 +91,17 @@ def write_report(where: str, batch_id: int, task: str,
     tmp.write_text(json.dumps({"task": task, "left": [[t, p, o] for (t, p), o in
                                                       sorted(left.items())]}))
     os.replace(tmp, path)
+
+
+def forget_reports(where: str, batch_id: int, tasks: Iterable[str]) -> None:
+    """In an executor, as a Spark task attempt starts: remove what an earlier, failed
+    attempt reported for ``tasks`` (the accumulator keeps the successful attempt's
+    reports only; the files must too, or a task the retry ran whole would be committed
+    to where the failed attempt stopped)."""
+    if where.startswith("http://"):
+        return
+    for task in tasks:
+        report_path(where, batch_id, task).unlink(missing_ok=True)
 
 
 def read_reports(folder: str | Path, batch_id: int) -> Left:

@@ -23,13 +23,13 @@ accumulator update it fails to apply without failing the job.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from worker.cut_signals import is_cut, write_report
+from worker.cut_signals import forget_reports, is_cut, write_report
 
 #: (batch id, task, topic, partition) -> the offset of the first record the task left
 Reports = dict[tuple[int, str, str, int], int]
@@ -67,6 +67,11 @@ class CutPlan:
     def is_cut(self) -> bool:
         """Whether the driver cut this batch (in an executor: a ``stat``, or a request)."""
         return is_cut(self.where, self.batch_id)
+
+    def begin(self, tasks: Iterable[str]) -> None:
+        """A Spark task attempt starts on ``tasks``: an earlier attempt's reports of them
+        go (a retry reports anew)."""
+        forget_reports(self.where, self.batch_id, tasks)
 
     def report(self, task: str, left: Mapping[tuple[str, int], int]) -> None:
         """``task`` left the records from these offsets (per topic, partition) on."""

@@ -17,8 +17,7 @@ from typing import Any
 from bench.chaos.config import FaultCost
 
 #: log lines about a task's ownership (kept within the window whatever task they name)
-LIFECYCLE = ("handing over", "registered as", "lease", "fenced", "handing over without",
-             "exited", "cut short")
+LIFECYCLE = ("handing over", "registered as", "lease", "fenced", "exited", "cut short")
 MOST_LINES = 80
 WIDTH = 400
 _STAMP = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(\d{3})")

@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.local.ports import free_port
-from worker.cut_signals import FolderSignals, HttpSignals, is_cut, unreachable, write_report
+from worker.cut_signals import (
+    FolderSignals,
+    HttpSignals,
+    forget_reports,
+    is_cut,
+    unreachable,
+    write_report,
+)
 
 
 def test_folder_signals_are_files_named_for_the_batch(tmp_path: Path) -> None:
@@ -70,3 +77,15 @@ def test_http_signals_carry_no_reports() -> None:
         assert signals.reports(7) is None
     finally:
         signals.close()
+
+
+def test_a_retried_attempt_forgets_what_the_failed_one_reported(tmp_path: Path) -> None:
+    """The accumulator keeps a successful attempt's reports only: the files must too, or
+    a task the retry ran whole would be committed to where the failed attempt stopped."""
+    signals = FolderSignals(tmp_path / "cuts")
+    write_report(signals.where, 7, "Partition 0", {("orders", 0): 40})  # attempt 1
+    write_report(signals.where, 7, "Partition 1", {("orders", 1): 9})  # another Spark task
+    forget_reports(signals.where, 7, ["Partition 0"])  # attempt 2 starts, runs it whole
+    assert signals.reports(7) == {("Partition 1", "orders", 1): 9}
+    forget_reports("http://127.0.0.1:1", 7, ["Partition 1"])  # no files there: nothing
+    assert signals.reports(7) == {("Partition 1", "orders", 1): 9}

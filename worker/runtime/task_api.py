@@ -143,6 +143,7 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
     task in work stops before its next piece, the tasks after it do not start, and each
     reports the first offset it left. One piece always runs, so a batch cut as it
     starts still moves on."""
+    cut.begin(name for name, _ in tasks)
     worked = False
     stopped = False
     for name, task_rows in tasks:
