@@ -500,8 +500,22 @@ def _worker(args: argparse.Namespace) -> None:
     # named for the processor: one application per worker in a cluster's UI
     app_name = f"coxswain-worker {args.processor_id}" if args.processor_id else \
         "coxswain-worker"
+    archive = None
+    if args.jvm_class_archive == "auto":
+        from common.paths import cache_dir
+        from worker.runtime.class_archive import class_archive
+
+        archive = class_archive(cache_dir() / "jvm")
+        if archive is not None and archive.exists:
+            logging.getLogger("coxswain.worker").info(
+                "the driver's JVM maps the class archive %s", archive.path)
+        elif archive is not None:
+            logging.getLogger("coxswain.worker").info(
+                "no JVM class archive for this Java and PySpark at %s: Spark starts "
+                "without one (python -m worker.runtime.class_archive makes it once; "
+                "workers then start seconds faster)", archive.path)
     spark = spark_session(args.spark_master, app_name=app_name, conf=spark_conf,
-                          executor_python=args.executor_python)
+                          executor_python=args.executor_python, class_archive=archive)
     # then it cancels the warm-up job, so a worker stopped while it starts exits in
     # seconds, well within a supervisor's grace period (py4j off the handler's frame)
     terminations.then(lambda: threading.Thread(target=spark.sparkContext.cancelAllJobs,
@@ -669,6 +683,10 @@ def parser() -> argparse.ArgumentParser:
                         "its own module, added to the driver's and executors' path, "
                         "repeatable (on a cluster the --app module's own file or package "
                         "is shipped without it, unless installed)")
+    w.add_argument("--jvm-class-archive", choices=("auto", "off"), default="auto",
+                   help="auto: the driver's JVM maps the class-data archive made by "
+                        "`python -m worker.runtime.class_archive` (deploy/setup.sh makes "
+                        "it) when there is one for this Java and PySpark: a faster start")
     w.add_argument("--executor-python", help="the Python interpreter executors run, with "
                    "coxswain[worker] installed on every executor host (default: "
                    "$PYSPARK_PYTHON, else the one running this worker)")

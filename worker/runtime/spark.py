@@ -9,9 +9,11 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from worker.jars import connector_jars
+from worker.runtime.class_archive import ClassArchive, spark_options
 
 log = logging.getLogger("coxswain.worker")
 
@@ -25,6 +27,9 @@ def stop_spark(spark: SparkSession, timeout_s: float = 30.0) -> None:
     gateway = spark.sparkContext._gateway
     jvm = getattr(gateway, "proc", None)
     spark.stop()
+    # PySpark keeps its gateway for the next context of this process: it is gone now
+    SparkContext._gateway = None
+    SparkContext._jvm = None
     if jvm is None:
         return
     if jvm.stdin is not None:
@@ -59,17 +64,21 @@ def parse_conf(items: Sequence[str]) -> dict[str, str]:
 
 def spark_session(master: str, app_name: str = "coxswain-worker",
                   conf: Mapping[str, str] | None = None,
-                  executor_python: str | None = None) -> SparkSession:
+                  executor_python: str | None = None,
+                  class_archive: ClassArchive | None = None) -> SparkSession:
     """A Spark session with the Kafka connector's jars from the local cache, whose Python
     workers run ``executor_python`` (by default ``$PYSPARK_PYTHON``, else this interpreter:
-    it has the packages ``process_task`` needs), with the user's ``conf`` over Coxswain's
-    defaults."""
+    it has the packages ``process_task`` needs), whose driver JVM maps ``class_archive``
+    when it exists, with the user's ``conf`` over Coxswain's defaults."""
     python = executor_python or os.environ.get("PYSPARK_PYTHON") or sys.executable
     os.environ["PYSPARK_PYTHON"] = python  # read when the context starts
     user = dict(conf or {})
     jars = [str(p) for p in connector_jars()]
     if user.get("spark.jars"):
         jars.append(user.pop("spark.jars"))
+    java_options = spark_options(class_archive, user.pop("spark.driver.extraJavaOptions", None))
+    if java_options:
+        user["spark.driver.extraJavaOptions"] = java_options
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.jars", ",".join(jars))
                .config("spark.ui.enabled", "false")
