@@ -60,9 +60,14 @@ def test_a_load_ramp_scales_up_and_an_idle_job_scales_back_down(
             wait_output(kafka, output, producing.total)  # the worker runs
             sizer.start()
             ramp_end = time.monotonic() + 45
-            while time.monotonic() < ramp_end:  # 400 records/s: more than factor 1 does
+            # 400 records/s, more than factor 1 does, until the sizer scales up (2 s more
+            # of it then: the new factor gets a backlog too)
+            scaled_at: float | None = None
+            while time.monotonic() < min(ramp_end, (scaled_at or ramp_end) + 2):
                 producing.send(40)
                 time.sleep(0.1)
+                if scaled_at is None and factors and max(f for _, f in factors) >= 2:
+                    scaled_at = time.monotonic()
             stopped_at = time.monotonic()
             assert max(f for _, f in factors) >= 2, factors  # scaled up under the load
             deadline = stopped_at + 150
