@@ -102,7 +102,7 @@ fi
 # the worker JVM's class-data archive, once per Java and PySpark (cached under .cache/jvm):
 # every worker's Spark then starts seconds faster
 if "$VENV/bin/python" -c "import pyspark" 2>/dev/null; then
-    echo "==> the worker JVM's class archive (python -m worker.runtime.class_archive)" >&2
-    "$VENV/bin/python" -m worker.runtime.class_archive >&2 \
+    echo "==> the worker JVM's class archive (python -m worker.runtime.make_class_archive)" >&2
+    "$VENV/bin/python" -m worker.runtime.make_class_archive >&2 \
         || echo "==> no class archive: workers start without one (slower, not wrong)" >&2
 fi

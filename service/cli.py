@@ -512,7 +512,7 @@ def _worker(args: argparse.Namespace) -> None:
         elif archive is not None:
             logging.getLogger("coxswain.worker").info(
                 "no JVM class archive for this Java and PySpark at %s: Spark starts "
-                "without one (python -m worker.runtime.class_archive makes it once; "
+                "without one (python -m worker.runtime.make_class_archive makes it once; "
                 "workers then start seconds faster)", archive.path)
     spark = spark_session(args.spark_master, app_name=app_name, conf=spark_conf,
                           executor_python=args.executor_python, class_archive=archive)
@@ -685,7 +685,7 @@ def parser() -> argparse.ArgumentParser:
                         "is shipped without it, unless installed)")
     w.add_argument("--jvm-class-archive", choices=("auto", "off"), default="auto",
                    help="auto: the driver's JVM maps the class-data archive made by "
-                        "`python -m worker.runtime.class_archive` (deploy/setup.sh makes "
+                        "`python -m worker.runtime.make_class_archive` (deploy/setup.sh makes "
                         "it) when there is one for this Java and PySpark: a faster start")
     w.add_argument("--executor-python", help="the Python interpreter executors run, with "
                    "coxswain[worker] installed on every executor host (default: "

@@ -12,7 +12,7 @@ carries a fingerprint of both (the ``java`` binary Spark runs and PySpark's jars
 checks the rest itself: an archive it cannot use is ignored (``-Xshare:auto``, the
 default), never an error, so a stale one costs the speed-up, never a start.
 
-Made once per host by ``python -m worker.runtime.class_archive`` (``deploy/setup.sh``
+Made once per host by ``python -m worker.runtime.make_class_archive`` (``deploy/setup.sh``
 runs it after installing the worker): a short Spark run of a worker's start in a child
 process, under a lock, its dump written beside the final name and renamed once the JVM
 that wrote it exited cleanly, so a run killed half-way leaves no half-written archive
@@ -22,7 +22,6 @@ making one costs a minute of CPU, no worker's start should pay that.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import hashlib
 import logging
@@ -35,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
-
-from common.paths import cache_dir
 
 log = logging.getLogger("coxswain.worker")
 
@@ -111,8 +108,9 @@ def create(archive: ClassArchive, master: str = "local[2]", wait: bool = False) 
         part = archive.path.with_name(f"{archive.path.name}.{os.getpid()}.part")
         part.unlink(missing_ok=True)
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "worker.runtime.class_archive_dump",
-                               str(part), master], stdin=subprocess.DEVNULL,
+        done = subprocess.run([sys.executable, "-m", "worker.runtime.make_class_archive",
+                               "--dump-to", str(part), "--master", master],
+                              stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, check=False)
         if done.returncode != 0 or not part.is_file() or part.stat().st_size == 0:
             part.unlink(missing_ok=True)
@@ -127,23 +125,3 @@ def create(archive: ClassArchive, master: str = "local[2]", wait: bool = False) 
         log.info("made the JVM class archive %s (%.0f MB) in %.0fs", archive.path,
                  archive.path.stat().st_size / 1e6, time.monotonic() - started)
         return True
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m worker.runtime.class_archive",
-        description="make the worker JVM's class-data-sharing archive (workers use it "
-                    "when it exists; made once per host, JVM and PySpark)")
-    parser.add_argument("--folder", type=Path, help="where (default: the cache's jvm/)")
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    archive = class_archive(args.folder or cache_dir() / "jvm")
-    if archive is None:
-        log.error("no java found (JAVA_HOME or PATH)")
-        return 1
-    return 0 if create(archive, args.master, wait=True) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
