@@ -105,8 +105,9 @@ def create(archive: ClassArchive, master: str = "local[2]", wait: bool = False) 
             return False
         if archive.exists:
             return True
+        for stale in archive.path.parent.glob(f"{archive.path.name}.*.part"):
+            stale.unlink()  # a killed maker's (the lock is ours: none is being written)
         part = archive.path.with_name(f"{archive.path.name}.{os.getpid()}.part")
-        part.unlink(missing_ok=True)
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "worker.runtime.make_class_archive",
                                "--dump-to", str(part), "--master", master],
