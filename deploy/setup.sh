@@ -100,8 +100,10 @@ else
 fi
 
 # the worker JVM's class-data archive, once per Java and PySpark (cached under .cache/jvm):
-# every worker's Spark then starts seconds faster
-if "$VENV/bin/python" -c "import pyspark" 2>/dev/null; then
+# every worker's Spark then starts seconds faster. Only for the installs that asked for
+# the worker: ./deploy/run.sh (the coordinator) never waits for it
+if { [ "${1:-}" = "--dev" ] || [ "${1:-}" = "--worker" ]; } \
+        && "$VENV/bin/python" -c "import pyspark" 2>/dev/null; then
     echo "==> the worker JVM's class archive (python -m worker.runtime.make_class_archive)" >&2
     "$VENV/bin/python" -m worker.runtime.make_class_archive >&2 \
         || echo "==> no class archive: workers start without one (slower, not wrong)" >&2

@@ -5,7 +5,8 @@ small host that is most of the 15-20 s a worker takes to start (a replacement wo
 start is part of every failover it serves). HotSpot can map those classes, already parsed
 and verified, from an archive made by an earlier run (JDK 13+ dynamic CDS,
 ``-XX:ArchiveClassesAtExit`` once, then ``-XX:SharedArchiveFile``): measured here, a
-``local[2]`` session with the executors' import check in 12 s instead of 18 s.
+``local[2]`` session with the executors' import check in 11 s instead of 16 s
+(``bench/worker_start.py``).
 
 The archive is only valid for the JVM build and class path that made it, so its file name
 carries a fingerprint of both (the ``java`` binary Spark runs and PySpark's jars). HotSpot
