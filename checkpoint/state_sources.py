@@ -4,10 +4,17 @@
 State is stored per record key, so the state of key bucket b under factor F is exactly
 the entries whose record key k has ``key_bucket(k, F) == b``. Cut the task's key space
 into *cells*: its buckets under the finest factor any relevant checkpoint used (Fmax).
-Each cell's state is in the snapshot of the task that committed it last; since a key
-space moves between tasks only through a new job model version (the old owner's last
-commit before the barrier, the new owner's first after it), "last" is the highest job
-model version among the checkpoints whose key space holds the cell. So:
+Each cell's state is in the snapshot of the task whose checkpoint is furthest along for
+it: the holder whose stored offset for the key space holding the cell is the largest, as
+resolution's watermark for the cell is the largest such offset (``checkpoint.resolution``)
+-- so the state restored and the offset started from are always one pair. Among holders
+at that offset, the highest job model version wins (the new owner's checkpoint over its
+predecessor's when nothing moved in between: the same state). In the flows the barrier
+orders (the old owner's last commit before it, the new owner's first after it) the
+furthest is also the latest; they differ only when a commit lands late, e.g. a paused
+worker's whose fence check passed just before its tasks moved and whose write reached
+the store after the new owners had started: its coarse entry may then be ahead of a
+child's, and the start is its offset, so its snapshot must be the state. So:
 
 * the steady case: the task's own last checkpoint holds every cell: one source, no
   filtering;
@@ -37,7 +44,7 @@ starting hash key (of two merged parents, the lower one's are kept).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from checkpoint.commit import EntryKey
 from grouping.shards import Lineage
@@ -55,6 +62,9 @@ class HeldState:
     markers: Mapping[str, Mapping[str, str]]
     job_model_version: int
     key_spaces: tuple[EntryKey, ...]
+    #: the stored offset of each key space (the entry this checkpoint is paired with);
+    #: a key space left out ranks as unknown (-1)
+    offsets: Mapping[EntryKey, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +90,31 @@ def _factor_and_bucket(spaces: Sequence[EntryKey]) -> tuple[int, int]:
     return factors.pop(), buckets.pop()
 
 
-def _covers(held: HeldState, partitions: Iterable[Partition] | set[Partition],
-            cell: int) -> bool:
+def _covers(held: HeldState, partitions: set[Partition], cell: int) -> bool:
     return any((s[0], s[1], s[2]) in partitions and cell % s[3] == s[4]
                for s in held.key_spaces)
 
 
-def _latest(holders: Iterable[HeldState]) -> HeldState | None:
-    return max(holders, key=lambda h: (h.job_model_version, h.checkpoint_id or ""),
-               default=None)
+def _furthest(holders: Iterable[HeldState], partitions: set[Partition], cell: int
+              ) -> HeldState | None:
+    """The holder of ``cell`` (of ``partitions``) whose stored offsets for it are the
+    largest (resolution starts there), then the latest version."""
+    found = [h for h in holders if _covers(h, partitions, cell)]
+    if not found:
+        return None
+
+    def spaces(h: HeldState) -> list[EntryKey]:
+        return [s for s in h.key_spaces
+                if (s[0], s[1], s[2]) in partitions and cell % s[3] == s[4]]
+
+    best: dict[Partition, int] = {}
+    for h in found:
+        for s in spaces(h):
+            p = (s[0], s[1], s[2])
+            best[p] = max(best.get(p, -1), h.offsets.get(s, -1))
+    return max(found, key=lambda h: (
+        all(h.offsets.get(s, -1) == best[(s[0], s[1], s[2])] for s in spaces(h)),
+        h.job_model_version, h.checkpoint_id or ""))
 
 
 def ancestors(partitions: Iterable[Partition], lineage: Lineage | None
@@ -141,7 +167,7 @@ def state_sources(task_spaces: Sequence[EntryKey], held: Iterable[HeldState],
     finest = max([factor, *(s[3] for h in relevant for s in h.key_spaces)])
     chosen: dict[int, list[_Pick]] = {}
     for cell in range(bucket, finest, factor):  # this task's buckets under ``finest``
-        mine = _latest(h for h in relevant if _covers(h, own, cell))
+        mine = _furthest(relevant, own, cell)
         if mine is not None:
             chosen[cell] = [_Pick(mine, None, -1)]
             continue
@@ -167,7 +193,7 @@ def _from_ancestors(relevant: Sequence[HeldState], child: Partition,
         if parent in visited or parent not in line:
             continue  # expired from the lineage: nothing left of it
         visited.add(parent)
-        holder = _latest(h for h in relevant if _covers(h, {parent}, cell))
+        holder = _furthest(relevant, {parent}, cell)
         if holder is not None:
             picks.append(_Pick(holder, child, shards[parent[2]].hash_key_range[0]))
         else:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from checkpoint.commit import EntryKey, build_commit, commit_index, entry_key
+from checkpoint.commit import EntryKey, bucket_key, build_commit, commit_index, entry_key
 from checkpoint.model import BucketKey, SspStart, TaskCheckpointMeta, parse_start_offset
 from checkpoint.resolution import entries_by_partition, resolve_ssp_start
 from checkpoint.serde import offset_to_json, skip_watermarks_to_json
@@ -97,7 +97,8 @@ async def read_checkpoints(
         # offsets first: commits only move forward, so the state read after them is at
         # least as new: a child shard told its parents are finished gets their final
         # snapshots, never older ones
-        entries, resets = store.read_entries(partitions), store.read_resets(partitions)
+        # the ancestors' too: a holder's offsets rank it (checkpoint.state_sources)
+        entries, resets = store.read_entries(held_in), store.read_resets(partitions)
         holders = store.read_state_holders(held_in) if stateful else {}
         return entries, resets, store.read_task_meta([*names, *holders]), holders
 
@@ -124,7 +125,7 @@ async def read_checkpoints(
         }
         if stateful:
             out[task.name]["stateSources"] = _state_sources(task, factor, meta, holders,
-                                                            lineage)
+                                                            entries, lineage)
         if lineage:  # shard inputs: parents before children (checkpoint.shard_ends)
             out[task.name]["waitingFor"] = [
                 ssp_to_json(s) for s in
@@ -147,13 +148,19 @@ def _parents(partitions: set[SystemStreamPartition], lineage: Lineage
 
 
 def _state_sources(task: TaskModel, factor: int, meta: Mapping[str, TaskCheckpointMeta],
-                   holders: Mapping[str, list[EntryKey]], lineage: Lineage
-                   ) -> list[dict[str, Any]]:
-    """The snapshots ``task``'s state is made of (``checkpoint.state_sources``)."""
+                   holders: Mapping[str, list[EntryKey]], entries: Mapping[BucketKey, int],
+                   lineage: Lineage) -> list[dict[str, Any]]:
+    """The snapshots ``task``'s state is made of (``checkpoint.state_sources``), each
+    holder ranked by the stored offsets of its key spaces."""
     spaces = [entry_key(ssp, factor) for ssp in task.ssps]
-    held = [HeldState(name, m.checkpoint_id, m.state_checkpoint_markers,
-                      m.job_model_version, tuple(holders.get(name) or spaces))
-            for name, m in meta.items()
+
+    def held_of(name: str, m: TaskCheckpointMeta) -> HeldState:
+        keys = tuple(holders.get(name) or spaces)
+        offsets = {k: entries[bucket_key(k)] for k in keys if bucket_key(k) in entries}
+        return HeldState(name, m.checkpoint_id, m.state_checkpoint_markers,
+                         m.job_model_version, keys, offsets)
+
+    held = [held_of(name, m) for name, m in meta.items()
             if name in holders or name == task.name]  # own rows from before 0003
     out = []
     for s in state_sources(spaces, held, lineage):

@@ -11,7 +11,7 @@ a drain every key's count is its number of records."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 from hypothesis import given, settings
@@ -102,7 +102,9 @@ class Job:
             return
         parent = candidates[choice % len(candidates)]
         low, high = parent.hash_key_range
-        at = low + 1 + int((high - low - 1) * fraction)  # the new starting hash key
+        # the new starting hash key, in integers: a float times a 128-bit width rounds,
+        # and at 1.0 put it past ``high`` (an inverted child, overlapping ranges)
+        at = low + 1 + (high - low - 1) * round(fraction * 1024) // 1024
         self.close(parent.partition)
         n = max(self.shards) + 1
         self.open(n, (parent.partition,), (low, at - 1))
@@ -148,7 +150,10 @@ class Job:
                                   ResetPolicy.EARLIEST)
         first = 0 if isinstance(start.start, ResetPolicy) else start.start
         skip = tuple((w.factor, w.bucket, int(w.offset)) for w in start.skip_below)
-        sources = state_sources(self.spaces(p, b), list(self.held.values()), self.lineage())
+        held = [replace(h, offsets={k: self.entries[k[2]][(k[3], k[4])] for k in h.key_spaces
+                                    if (k[3], k[4]) in self.entries.get(k[2], {})})
+                for h in self.held.values()]  # as GET /checkpoints ranks them
+        sources = state_sources(self.spaces(p, b), held, self.lineage())
         live: Counter[bytes] = Counter()
         for source in sources:
             for key, count in self.snapshots[source.markers["blob"]["state"]].items():

@@ -3,12 +3,15 @@ counting folds, checkpoints resolved by DESIGN.md's rule and state restored from
 snapshots ``state_sources`` picks. Through random sequences of batches, commits,
 crashes and factor changes, a restored task's state is always the fold of exactly the
 records below where it starts (skip watermarks included), and after a drain every key's
-count is its number of records: none counted twice, none missing."""
+count is its number of records: none counted twice, none missing. Zombies -- the tasks
+of the version before, still running after a scale -- may commit late, as a paused
+worker's commit that passed the fence just before its tasks moved may reach the store
+after the new owners started: a restore must still pair the start with its state."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,6 +35,8 @@ def spaces(factor: int, bucket: int) -> tuple[EntryKey, ...]:
 @dataclass
 class Task:
     bucket: int
+    factor: int
+    version: int
     position: int = 0
     skip: tuple[tuple[int, int, int], ...] = ()  # (factor, bucket, offset)
     live: Counter[bytes] = field(default_factory=Counter)
@@ -49,10 +54,11 @@ class Job:
     held: dict[str, HeldState] = field(default_factory=dict)
     snapshots: dict[str, Counter[bytes]] = field(default_factory=dict)
     tasks: dict[int, Task] = field(default_factory=dict)
+    zombies: list[Task] = field(default_factory=list)  # the previous version's tasks
     ids: int = 0
 
-    def name(self, bucket: int) -> str:
-        return f"Partition 0_{bucket}_{self.factor}"
+    def name(self, bucket: int, factor: int | None = None) -> str:
+        return f"Partition 0_{bucket}_{factor or self.factor}"
 
     def start_all(self) -> None:
         self.tasks = {b: self.restore(b) for b in range(self.factor)}
@@ -62,7 +68,10 @@ class Job:
                                   self.factor, self.entries, ResetPolicy.EARLIEST)
         first = 0 if isinstance(start.start, ResetPolicy) else start.start
         skip = tuple((w.factor, w.bucket, int(w.offset)) for w in start.skip_below)
-        sources = state_sources(spaces(self.factor, bucket), list(self.held.values()))
+        held = [replace(h, offsets={k: self.entries[(k[3], k[4])] for k in h.key_spaces
+                                    if (k[3], k[4]) in self.entries})
+                for h in self.held.values()]  # as GET /checkpoints ranks them
+        sources = state_sources(spaces(self.factor, bucket), held)
         live: Counter[bytes] = Counter()
         for source in sources:
             snapshot = self.snapshots[source.markers["blob"]["state"]]
@@ -72,7 +81,8 @@ class Job:
                     live[key] = count
         # as the worker does: state composed from other snapshots is snapshotted at once
         own = len(sources) == 1 and sources[0].task_name == self.name(bucket)
-        task = Task(bucket, first, skip, live, touched=bool(sources) and not own)
+        task = Task(bucket, self.factor, self.version, first, skip, live,
+                    touched=bool(sources) and not own)
         self.check(task)
         return task
 
@@ -89,35 +99,36 @@ class Job:
                          if k == key and self.skipped(task, o, key))
             assert task.live[key] == below, (key, task, below)
 
-    def process(self, bucket: int, n: int) -> None:
-        task = self.tasks[bucket]
+    def process(self, task: Task, n: int) -> None:
         end = min(len(self.records), task.position + n)
         for offset in range(task.position, end):
             key = self.records[offset]
-            if key_bucket(key, offset, self.factor) == bucket and \
+            if key_bucket(key, offset, task.factor) == task.bucket and \
                     not self.skipped(task, offset, key):
                 task.live[key] += 1
                 task.touched = True
         task.position = end
 
-    def commit(self, bucket: int) -> None:
-        task = self.tasks[bucket]
-        stored = self.entries.get((self.factor, bucket), -1)
-        if task.position > stored:
-            self.entries[(self.factor, bucket)] = task.position
-        if task.touched:  # a snapshot exists newer than the last commit: it is named
+    def commit(self, task: Task) -> None:
+        """As the store writes a commit: the entry never moves back, and the snapshot is
+        named only when the entry is then exactly the task's position (at head)."""
+        space = (task.factor, task.bucket)
+        if task.position > self.entries.get(space, -1):
+            self.entries[space] = task.position
+        if task.touched and self.entries[space] == task.position:
             self.ids += 1
-            marker = f"{self.name(bucket)}/{self.ids}"
+            name = self.name(task.bucket, task.factor)
+            marker = f"{name}/{self.ids}"
             self.snapshots[marker] = Counter(task.live)
-            self.held[self.name(bucket)] = HeldState(
-                self.name(bucket), str(self.ids), {"blob": {"state": marker}}, self.version,
-                spaces(self.factor, bucket))
+            self.held[name] = HeldState(name, str(self.ids), {"blob": {"state": marker}},
+                                        task.version, spaces(task.factor, task.bucket))
             task.touched = False
 
     def scale(self, factor: int, graceful: bool) -> None:
         if graceful:
-            for b in self.tasks:
-                self.commit(b)
+            for task in self.tasks.values():
+                self.commit(task)
+        self.zombies = list(self.tasks.values())
         self.factor, self.version = factor, self.version + 1
         self.start_all()
 
@@ -127,6 +138,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("commit"), st.integers(0, 7)),
     st.tuples(st.just("crash")),
     st.tuples(st.just("scale"), st.sampled_from([1, 2, 4, 8]), st.booleans()),
+    st.tuples(st.just("zombie"), st.integers(0, 7), st.integers(0, 12)),
 ), max_size=40)
 
 
@@ -138,16 +150,22 @@ def test_state_is_the_fold_of_exactly_the_processed_records(
     job.start_all()
     for step in steps:
         if step[0] == "process":
-            job.process(int(step[1]) % job.factor, int(step[2]))  # type: ignore[call-overload]
+            job.process(job.tasks[int(step[1]) % job.factor],  # type: ignore[call-overload]
+                        int(step[2]))  # type: ignore[call-overload]
         elif step[0] == "commit":
-            job.commit(int(step[1]) % job.factor)  # type: ignore[call-overload]
+            job.commit(job.tasks[int(step[1]) % job.factor])  # type: ignore[call-overload]
+        elif step[0] == "zombie":  # a late commit of the version before, maybe further on
+            if job.zombies:
+                zombie = job.zombies[int(step[1]) % len(job.zombies)]  # type: ignore[call-overload]
+                job.process(zombie, int(step[2]))  # type: ignore[call-overload]
+                job.commit(zombie)
         elif step[0] == "crash":  # uncommitted work is lost; every task restores
             job.start_all()
         else:
             job.scale(int(step[1]), bool(step[2]))  # type: ignore[call-overload]
-    for b in job.tasks:  # drain
-        job.process(b, len(records))
-        job.commit(b)
+    for task in job.tasks.values():  # drain
+        job.process(task, len(records))
+        job.commit(task)
     job.start_all()  # restores check the fold again
     totals: Counter[bytes] = Counter()
     for task in job.tasks.values():

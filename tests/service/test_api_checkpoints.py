@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from checkpoint.model import BucketKey, TaskCheckpointMeta
+from checkpoint.store.sql import SqlCheckpointStore
+from grouping.model import SSP
+from service.database import make_engine
 from tests.service.conftest import StartServer
 from tests.service.workers import (
     SimWorker,
@@ -261,6 +266,45 @@ def test_stateful_tasks_learn_which_snapshots_their_state_comes_from_across_scal
         cp = read(c, "Partition 0")["Partition 0"]
         assert cp["stateSources"][1]["stateCheckpointMarkers"] == {
             "blob": {"state": "Partition 0_1_2@2000-1"}}
+
+
+def test_a_late_coarse_commit_ahead_of_a_split_child_is_restored_with_its_own_state(
+    start_server: StartServer, tmp_path: Path,
+) -> None:
+    """A paused worker's commit whose fence check passed just before its task split can
+    reach the store after a child committed. Its entry is then ahead of the child's, so
+    the child's restart starts at its offset. The state must be the late commit's
+    snapshot, not the child's (which lacks the records in between)."""
+    url = f"sqlite:///{tmp_path}/store.db"
+    server = start_server(*ARGS, "--stateful", "--store", url)
+    with server.client() as c:
+        workers, m1 = setup_two_workers(c)
+        commit_state(c, m1, "Partition 0", 100, "1000-1")
+        m2 = scale(c, workers, 2, m1["version"])
+        commit_state(c, m2, "Partition 0_0_2", 120, "2000-1")
+        assert sources(c, "Partition 0_0_2") == [("Partition 0_0_2", 2, [0], True)]
+
+        # the late write, as the service makes it once the fence check has passed
+        engine = make_engine(url)
+        try:
+            SqlCheckpointStore(engine).commit(
+                {BucketKey(SSP("kafka", "orders", 0), 1, 0): 150},
+                {"Partition 0": TaskCheckpointMeta("1000-2", {"blob": {
+                    "state": "Partition 0@1000-2"}})},
+                job_model_version=m1["version"], processor_id=owner_of(m1, "Partition 0"))
+        finally:
+            engine.dispose()
+
+        child = read(c, "Partition 0_0_2")["Partition 0_0_2"]
+        assert child["inputOffsets"][0]["offset"] == "150"
+        assert sources(c, "Partition 0_0_2") == [("Partition 0", 2, [0], True)]
+        assert child["stateSources"][0]["stateCheckpointMarkers"] == {
+            "blob": {"state": "Partition 0@1000-2"}}
+        # once the child is past it, the child's own snapshot is the state again
+        commit_state(c, m2, "Partition 0_0_2", 170, "2000-2")
+        child = read(c, "Partition 0_0_2")["Partition 0_0_2"]
+        assert child["inputOffsets"][0]["offset"] == "170"
+        assert sources(c, "Partition 0_0_2") == [("Partition 0_0_2", 2, [0], True)]
 
 
 def test_offsets_of_128_digits_round_trip_exactly_and_longer_ones_are_refused(
