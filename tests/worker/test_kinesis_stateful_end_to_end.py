@@ -68,13 +68,15 @@ def test_counts_follow_every_key_across_splits_merges_a_factor_change_and_a_kill
     s3_server.create_bucket(bucket)
     producing = Producing(client, stream)
     producing.send(200)
-    # --poll-close-grace-ms 0 and a long lease: a worker restarted at once keeps its tasks
-    # (and finds their state on its disk)
+    # --poll-close-grace-ms 0 and a lease longer than any restart: a worker restarted at
+    # once keeps its tasks (and finds their state on its disk). The lease was 40 s, and
+    # on a loaded machine the restarted w1's Spark start took 41 s: its lease expired,
+    # its tasks moved, and it came back to others (the test_stateful_end_to_end fix)
     server = start_server("--input", f"kinesis.{stream}", "--kinesis-endpoint",
                           kinesis.endpoint, "--partition-poll-interval-ms", "500",
                           "--elasticity-factor", "2", "--debounce-ms", "300", "--stateful",
                           "--num-standbys", "1", "--poll-close-grace-ms", "0",
-                          "--lease-ttl-ms", "40000")
+                          "--lease-ttl-ms", "600000")
 
     def worker(pid: str) -> Any:
         return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
