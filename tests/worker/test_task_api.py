@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,6 +17,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from grouping.key_bucket import key_bucket
 from worker.plan import QueryPlan, Skip, SspStart
 from worker.runtime import BatchContext, TaskContext, place_tasks, run_tasks, spark_session
+from worker.runtime.spark import FS_CHECKPOINTS
 from worker.runtime.task_api import placed_by_reads
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -127,3 +130,24 @@ def test_the_query_filter_keeps_each_bucket_from_its_own_start(spark: SparkSessi
     expected = {(b4 % 2, o, b4) for o in range(90, 140) for b4 in range(4)
                 if o >= (100 if b4 % 2 == 0 else 120) and not (b4 == 2 and o < 130)}
     assert kept == expected
+
+
+def test_a_worker_sessions_query_logs_go_through_the_filesystem_api(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """The offset and commit logs of a worker's query are written through Hadoop's
+    FileSystem API (the FileContext one forks `readlink` at every rename), whole: the
+    worker reads a batch's offsets from them."""
+    assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass") == FS_CHECKPOINTS
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "q"))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "q" / "commits" / "2").exists():
+            assert time.monotonic() < deadline, query.lastProgress
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    lines = (tmp_path / "q" / "offsets" / "2").read_text().splitlines()
+    assert lines[0] == "v1" and json.loads(lines[1])["batchWatermarkMs"] == 0
+    assert not list((tmp_path / "q").rglob("*.tmp"))  # renamed into place, nothing left
