@@ -90,31 +90,32 @@ def _factor_and_bucket(spaces: Sequence[EntryKey]) -> tuple[int, int]:
     return factors.pop(), buckets.pop()
 
 
-def _covers(held: HeldState, partitions: set[Partition], cell: int) -> bool:
-    return any((s[0], s[1], s[2]) in partitions and cell % s[3] == s[4]
-               for s in held.key_spaces)
+def _partition(space: EntryKey) -> Partition:
+    return space[0], space[1], space[2]
+
+
+def _holding(held: HeldState, partitions: set[Partition], cell: int) -> list[EntryKey]:
+    """The key spaces of ``held`` in ``partitions`` that hold ``cell``."""
+    return [s for s in held.key_spaces if _partition(s) in partitions and cell % s[3] == s[4]]
 
 
 def _furthest(holders: Iterable[HeldState], partitions: set[Partition], cell: int
               ) -> HeldState | None:
     """The holder of ``cell`` (of ``partitions``) whose stored offsets for it are the
     largest (resolution starts there), then the latest version."""
-    found = [h for h in holders if _covers(h, partitions, cell)]
-    if not found:
-        return None
-
-    def spaces(h: HeldState) -> list[EntryKey]:
-        return [s for s in h.key_spaces
-                if (s[0], s[1], s[2]) in partitions and cell % s[3] == s[4]]
-
+    found = [(h, spaces) for h in holders if (spaces := _holding(h, partitions, cell))]
     best: dict[Partition, int] = {}
-    for h in found:
-        for s in spaces(h):
-            p = (s[0], s[1], s[2])
-            best[p] = max(best.get(p, -1), h.offsets.get(s, -1))
-    return max(found, key=lambda h: (
-        all(h.offsets.get(s, -1) == best[(s[0], s[1], s[2])] for s in spaces(h)),
-        h.job_model_version, h.checkpoint_id or ""))
+    for h, spaces in found:
+        for s in spaces:
+            best[_partition(s)] = max(best.get(_partition(s), -1), h.offsets.get(s, -1))
+
+    def rank(pair: tuple[HeldState, list[EntryKey]]) -> tuple[bool, int, str]:
+        h, spaces = pair
+        at_best = all(h.offsets.get(s, -1) == best[_partition(s)] for s in spaces)
+        return at_best, h.job_model_version, h.checkpoint_id or ""
+
+    picked = max(found, key=rank, default=None)
+    return picked[0] if picked is not None else None
 
 
 def ancestors(partitions: Iterable[Partition], lineage: Lineage | None
@@ -155,11 +156,11 @@ def state_sources(task_spaces: Sequence[EntryKey], held: Iterable[HeldState],
     (others are ignored); ``lineage``: the job model's shards (Kinesis inputs). Empty:
     the task starts empty."""
     factor, bucket = _factor_and_bucket(task_spaces)
-    own = {(s[0], s[1], s[2]) for s in task_spaces}
+    own = {_partition(s) for s in task_spaces}
     lines = ancestors(own, lineage)
     looked = own | {a for found in lines.values() for a in found}
     relevant = [h for h in held if h.markers and any(
-        (s[0], s[1], s[2]) in looked
+        _partition(s) in looked
         and s[4] % min(factor, s[3]) == bucket % min(factor, s[3])
         for s in h.key_spaces)]
     if not relevant:

@@ -90,8 +90,8 @@ def spark_session(master: str, app_name: str = "coxswain-worker",
                # the query's own offset and commit logs (a throwaway folder per query:
                # Coxswain's checkpoints say where tasks start) through Hadoop's
                # FileSystem API: the default FileContext one forks `readlink` for every
-               # rename on a local disk, 2 per batch, 100-150 ms of each micro-batch on a
-               # 2-core machine (walCommit + commitOffsets 120-240 ms -> 55-100 ms)
+               # rename on a local disk, 2 per batch (in the demo on a 2-core machine,
+               # walCommit + commitOffsets 120-240 ms -> 55-100 ms; bench/RESULTS.md)
                .config("spark.sql.streaming.checkpointFileManagerClass", FS_CHECKPOINTS))
     for key, value in user.items():
         builder = builder.config(key, value)
