@@ -43,6 +43,9 @@ class ChaosConfig:
     partition_zookeeper_s: float = 12.0  # the leader cut from ZooKeeper (> its session)
     partition_blobs_s: float = 10.0  # a worker cut from the blob store while it commits
     pad_bytes: int = 2048  # state per key beside the count: each commit uploads some
+    # stateful only: workers with --exactly-once, the output read as a read_committed
+    # reader does; then no duplicate at all is allowed, whatever the fault
+    exactly_once: bool = False
 
     @property
     def faults(self) -> tuple[str, ...]:
@@ -87,6 +90,7 @@ class ChaosReport:
     drain_seconds: float = 0.0
     examples: list[str] = field(default_factory=list)
     kinds: tuple[str, ...] = FAULTS
+    exactly_once: bool = False  # every duplicate fails the run
     # lost records' neighbours (the output before and after each), and what the logs
     # say about them (``bench.chaos.trace``), for a failed check
     lost_around: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = field(
@@ -101,6 +105,7 @@ class ChaosReport:
     def ok(self) -> bool:
         return (self.lost == 0 and self.order_violations == 0
                 and self.unexplained_duplicates == 0 and self.wrong_counts == 0
+                and not (self.exactly_once and self.duplicates)
                 and not self.versions_backwards and self.final_barrier == "done"
                 and not self.worker_exits and not self.slipped)
 
@@ -111,7 +116,9 @@ class ChaosReport:
             f"lost {self.lost}, per-key order violations {self.order_violations}, "
             f"counts not seq + 1 {self.wrong_counts}",
             f"duplicates {self.duplicates} (not from a killed or partitioned worker: "
-            f"{self.unexplained_duplicates})",
+            f"{self.unexplained_duplicates})"
+            + ("; exactly-once output, read_committed: any is a failure"
+               if self.exactly_once else ""),
             "faults: " + ", ".join(f"{k} {self.faults[k]}" for k in self.kinds)
             + f"; factor changes {self.factor_changes}",
             *self.cost_lines(),

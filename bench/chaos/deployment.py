@@ -124,7 +124,7 @@ class Deployment:
              str(self.root / f"state-{pid}"), "--blob-store", f"s3://{self.bucket}/chaos",
              "--blob-store-endpoint", self.s3.endpoint,
              # a hand-over waits for its last commit less than the barrier's timeout
-             "--max-commit-delay-ms", "20000"],
+             "--max-commit-delay-ms", "20000", *(["--exactly-once"] * c.exactly_once)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**env, **CREDENTIALS, "CHAOS_PAD_BYTES": str(c.pad_bytes)})
 

@@ -15,6 +15,11 @@ worker cut from the coordinators for longer than its lease (it must come back by
 itself), the leader replica cut from ZooKeeper for longer than its session, a worker cut
 from the blob store while it commits.
 
+``--stateful --exactly-once``: the workers write their output and checkpoints in Kafka
+transactions (``coxswain worker --exactly-once``) and the reader reads committed output
+only: then no duplicate at all is allowed, whatever the fault, the leader's failovers
+included.
+
 Then everything is brought back, the producer stops, the output is drained and checked
 by a reader that shares nothing with the workers (``bench.chaos.check``):
 
@@ -27,8 +32,8 @@ by a reader that shares nothing with the workers (``bench.chaos.check``):
   barrier completes, with every worker in it; no worker exited on its own;
 * per kind of fault: how long output stopped and the duplicates it left.
 
-Run: .venv/bin/python -m bench.chaos [--minutes 10] [--workers 3] [--seed N] [--stateful]
-(``--stateful`` needs root: network namespaces.)
+Run: .venv/bin/python -m bench.chaos [--minutes 10] [--workers 3] [--seed N] [--stateful
+[--exactly-once]] (``--stateful`` needs root: network namespaces.)
 """
 
 from __future__ import annotations
@@ -130,7 +135,10 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
         kafka: LocalKafka | None = None, pg: PostgresServer | None = None,
         s3: LocalS3 | None = None) -> ChaosReport:
     """One chaos run; returns the independent check's report."""
-    report = ChaosReport(kinds=config.faults)
+    if config.exactly_once and not config.stateful:
+        raise ValueError("an exactly-once chaos run is a stateful one (its app writes "
+                         "through process_task)")
+    report = ChaosReport(kinds=config.faults, exactly_once=config.exactly_once)
     d = Deployment(root, config, kafka, pg, s3)
     try:
         producer = KeyedProducer(d.kafka.bootstrap, d.topic, config.keys, config.rate)
@@ -158,7 +166,8 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
         expected = {(k, s) for k, seqs in produced.items() for s in seqs}
         records: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10)
+            records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10,
+                                        committed=config.exactly_once)
             if expected <= {(r["key"], r["seq"]) for r in records}:
                 break
             time.sleep(3)
@@ -195,11 +204,16 @@ def main() -> None:
     parser.add_argument("--stateful", action="store_true",
                         help="the counting app with state, standbys and an S3 blob store, "
                              "and network faults (needs root)")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="with --stateful: workers with --exactly-once, the output "
+                             "read committed, no duplicate allowed")
     args = parser.parse_args()
+    if args.exactly_once and not args.stateful:
+        parser.error("--exactly-once needs --stateful")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per status poll
     config = ChaosConfig(seconds=args.minutes * 60, workers=args.workers, seed=args.seed,
-                         stateful=args.stateful)
+                         stateful=args.stateful, exactly_once=args.exactly_once)
     root = Path(tempfile.mkdtemp(prefix="coxswain-chaos-"))
     print(f"load average {os.getloadavg()[0]:.2f} at start; logs in {root}", flush=True)
     started = time.monotonic()

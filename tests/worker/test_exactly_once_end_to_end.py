@@ -1,14 +1,17 @@
-"""Exactly-once output end to end (#28): the stateful counting app with --exactly-once
-on real Kafka and Spark, two workers as processes, factor 2 -> 4 -> 2, a kill -9
-mid-run, a worker that dies between a transaction's commit and its checkpoint's post (the
-test hook) and comes back, and a graceful leave: a read_committed reader finds every
-(key, seq) exactly once, in order, with count == seq + 1."""
+"""Exactly-once output end to end (#28): the counting app (stateful) and an echo app
+(stateless) with --exactly-once on real Kafka and Spark, two workers as processes, factor
+2 -> 4 -> 2, a kill -9 mid-run, a worker that dies between a transaction's commit and its
+checkpoint's post (the test hook) and comes back, a worker stopped (SIGSTOP) mid-batch
+past its lease and resumed after its tasks moved, and a graceful leave: a read_committed
+reader finds every (key, seq) exactly once, in order, with count == seq + 1 (stateful).
+And a stateless Kinesis job with a split and such a stopped worker."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -89,20 +92,39 @@ def check_exactly_once(records: list[dict[str, Any]], producing: Any,
         assert seqs == list(range(producing.seq[key])), (key, seqs[:40])
 
 
-def test_kills_a_crash_between_commit_and_post_rescales_and_a_leave_duplicate_nothing(
-    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+def wait_for_containers(server: Any, wanted: set[str], timeout_s: float = 60) -> int:
+    """Until the job model lists exactly ``wanted``, each with active tasks (not only
+    warm-ups), and its barrier is done; that model's version."""
+    with server.client() as c:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            model = c.get("/jobmodel").json()
+            active = {pid for pid, ct in model["containers"].items()
+                      if any(t.get("taskMode", "Active") == "Active"
+                             for t in ct["tasks"].values())}
+            if set(model["containers"]) == wanted == active and model["barrier"] == "done":
+                return int(model["version"])
+            assert time.monotonic() < deadline, (model["version"], model["containers"])
+            time.sleep(0.3)
+
+
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+def test_kills_a_crash_between_commit_and_post_a_zombie_rescales_and_a_leave_duplicate_nothing(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path, stateful: bool,
 ) -> None:
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(600)
-    server = coordinator_for(start_server, kafka, topic, "--stateful",
+    server = coordinator_for(start_server, kafka, topic, *(["--stateful"] * stateful),
                              "--elasticity-factor", "2", "--lease-ttl-ms", "6000")
+    # 4 ms a record (an external call): a stopped worker is stopped mid-batch
+    app = "tests.worker.apps:" + ("slow_count_task" if stateful else "slow_echo_task")
 
     def worker(pid: str, **env: str) -> subprocess.Popen[bytes]:
+        state = ["--stateful", "--state-dir", str(tmp_path / f"state-{pid}")] * stateful
         return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
-                            "--output-topic", output, "--stateful", "--exactly-once",
-                            "--state-dir", str(tmp_path / f"state-{pid}"),
-                            app="tests.worker.apps:count_task", env=env)
+                            "--output-topic", output, "--exactly-once", *state, app=app,
+                            env=env)
 
     workers = {"w0": worker("w0"), "w1": worker("w1")}
     hooked = ""
@@ -131,19 +153,42 @@ def test_kills_a_crash_between_commit_and_post_rescales_and_a_leave_duplicate_no
             assert c.post("/scale", json={"elasticityFactor": 2}).status_code == 202
         producing.send(600)
         wait_committed(kafka, output, producing.total, workers, tmp_path)
+        # a zombie: w1 (its whole process group) stopped mid-batch past its lease; its
+        # tasks move to w0, which fences it; resumed, it cannot commit that batch, and
+        # it registers again by itself. First w1 must hold tasks and write under them
+        version = wait_for_containers(server, {"w0", "w1"}, timeout_s=120)
+        producing.send(600)
+        records = wait_committed(kafka, output, producing.total, workers, tmp_path)
+        assert any(r["processor"] == "w1" and r["version"] == version for r in records)
+        producing.send(600)
+        time.sleep(0.5)
+        os.killpg(workers["w1"].pid, signal.SIGSTOP)
+        wait_for_containers(server, {"w0"})
+        wait_committed(kafka, output, producing.total, {"w0": workers["w0"]}, tmp_path)
+        os.killpg(workers["w1"].pid, signal.SIGCONT)
+        wait_for_containers(server, {"w0", "w1"}, timeout_s=90)
+        producing.send(600)
+        wait_committed(kafka, output, producing.total, workers, tmp_path)
         workers["w0"].send_signal(signal.SIGTERM)  # a graceful leave
         assert workers["w0"].wait(120) == 0
         producing.send(600)
         rest = {k: v for k, v in workers.items() if k != "w0"}
         records = wait_committed(kafka, output, producing.total, rest, tmp_path)
     finally:
+        for w in workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(w.pid, signal.SIGCONT)
         stop_workers(list(workers.values()))
     time.sleep(2)
     records = read_committed(kafka, output)
-    check_exactly_once(records, producing)
+    check_exactly_once(records, producing, counts=stateful)
     logs = {pid: (tmp_path / f"{pid}.log").read_text() for pid in workers}
     assert "test hook: exiting after transaction 2" in hooked
     assert any("recovered its last checkpoint" in log for log in logs.values())
+    # the woken zombie found itself out (its lease gone, or its producer fenced)
+    woken = logs["w1"].split("worker process ")[-1]
+    assert re.search(r"lease lost|transactional id \S+ fenced|a commit was fenced", woken), \
+        woken[-3000:]
     print(f"{len(records)} records, each exactly once")
 
 
