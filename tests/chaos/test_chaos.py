@@ -4,7 +4,8 @@ under every kind of fault at least once and elasticity changes; then an independ
 reader finds nothing lost, per-key order kept, duplicates only from the workers a fault
 hit, versions that never went backwards and the last barrier done. Stateful: the
 counting app with standbys and an S3 blob store, every replica and worker in its own
-network namespace, and network faults on real links; every count exact."""
+network namespace, and network faults on real links; every count exact. And the same
+with exactly-once output: not one duplicate."""
 
 from __future__ import annotations
 
@@ -33,12 +34,17 @@ def test_a_short_chaos_run_loses_nothing_and_keeps_order(
     assert report.ok, "\n".join(report.lines())
 
 
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 def test_a_short_stateful_chaos_run_with_network_faults_keeps_every_count_exact(
     kafka: LocalKafka, postgres: PostgresServer, s3_server: LocalS3, tmp_path: Path,
+    exactly_once: bool,
 ) -> None:
+    """With ``exactly_once``, the workers write with --exactly-once and a read_committed
+    reader must find no duplicate at all: kills, the leader's failovers and partitions
+    included."""
     config = ChaosConfig(seconds=60, workers=2, rate=60, gap_s=(3.0, 5.0),
                          scale_every_s=25, seed=20261126, every_fault_once=True,
-                         stateful=True)
+                         stateful=True, exactly_once=exactly_once)
     report = run(config, tmp_path, progress=print, kafka=kafka, pg=postgres, s3=s3_server)
     print("\n".join(report.lines()))
     assert all(report.faults[k] >= 1 for k in STATEFUL_FAULTS), report.faults
