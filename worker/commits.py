@@ -2,7 +2,9 @@
 snapshotted synchronously, then uploaded by a background thread while the next batch runs.
 
 A commit still uploading when the next is due defers that next one (offsets being
-monotonic, the newest covers every older one, state snapshots included) while the
+monotonic, the newest covers every older one, state snapshots included, task by task: a
+task missing from the newer commit, one whose batch was cut before any of its records,
+keeps the older one's checkpoint, whose output the merged commit carries) while the
 oldest commit not yet acknowledged is younger than ``max_delay_s``; beyond it, processing
 waits. The deferred commit is never dropped: it is uploaded when the one in flight ends,
 and :meth:`AsyncCommitter.flush` (a hand-over) returns only once the newest commit is
@@ -23,7 +25,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +37,31 @@ log = logging.getLogger("coxswain.worker")
 #: the batches' output when the commit writes it (exactly-once output: the batches since
 #: the last commit, oldest first), else empty
 Upload = Callable[[int, dict[str, Any], "str | None", tuple[Any, ...]], int]
+
+
+def _ssp_key(offset: Mapping[str, Any]) -> tuple[Any, ...]:
+    ssp = offset.get("ssp", {})
+    return (ssp.get("system"), ssp.get("stream"), ssp.get("partition"), ssp.get("keyBucket"))
+
+
+def merge_checkpoints(older: Mapping[str, Any], newer: Mapping[str, Any]) -> dict[str, Any]:
+    """A commit body covering ``older`` and then ``newer`` (task -> checkpoint): per task
+    and input (SSP, key bucket), the newer offset where the newer commit has one, else
+    the older. A batch leaves a task, or one of its inputs, out of its commit when it
+    read none of its records (cut before them, or nothing to read): taking the newer
+    body whole would drop the older progress there, and under exactly-once output leave
+    the output the merged commit carries for it uncommitted, to be written again."""
+    out = dict(older)
+    for task, checkpoint in newer.items():
+        before = out.get(task)
+        if not (isinstance(before, Mapping) and isinstance(checkpoint, Mapping)
+                and "inputOffsets" in before and "inputOffsets" in checkpoint):
+            out[task] = checkpoint
+            continue
+        offsets = {_ssp_key(o): o for o in before["inputOffsets"]}
+        offsets.update((_ssp_key(o), o) for o in checkpoint["inputOffsets"])
+        out[task] = {**checkpoint, "inputOffsets": list(offsets.values())}
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +121,7 @@ class AsyncCommitter:
                 self.skipped += 1
                 since = self._newest.since
                 output = self._newest.output + output
+                checkpoints = self._merged(self._newest, checkpoints)
             self._seq += 1
             commit = _Commit(self._seq, since, version, checkpoints, checkpoint_id, output)
             if self._in_flight is None and not self._backing_off:
@@ -121,6 +149,12 @@ class AsyncCommitter:
         with self._cond:
             for task in tasks:
                 self._forgotten[task] = self._seq
+
+    def _merged(self, older: _Commit, newer: dict[str, Any]) -> dict[str, Any]:
+        """The checkpoints of a commit replacing ``older`` (not sent, or failed):
+        :func:`merge_checkpoints` of older's (but the tasks forgotten since) and the
+        newer one's (under the lock)."""
+        return merge_checkpoints(self._without_forgotten(older).checkpoints, newer)
 
     def _without_forgotten(self, commit: _Commit) -> _Commit:
         """``commit`` without the tasks forgotten since it was submitted (under the
@@ -221,7 +255,9 @@ class AsyncCommitter:
             else:
                 self.skipped += 1  # (an upload that fails writes no output)
                 self._newest = replace(self._newest, since=commit.since,
-                                       output=commit.output + self._newest.output)
+                                       output=commit.output + self._newest.output,
+                                       checkpoints=self._merged(commit,
+                                                                self._newest.checkpoints))
             self._cond.wait(delay)  # close() wakes it
             self._backing_off = False
             self._in_flight, self._newest = self._newest, None

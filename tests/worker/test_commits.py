@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.client import Fenced
-from worker.commits import AsyncCommitter
+from worker.commits import AsyncCommitter, merge_checkpoints
 
 
 class Uploads:
@@ -250,4 +250,74 @@ def test_tasks_handed_over_without_their_last_commit_are_never_sent_after() -> N
     c.forget(["gone"])
     assert c.flush(timeout_s=10) is True  # nothing left of it: dropped as done
     assert sent[-1] == {"lost": 20}
+    c.close()
+
+
+def body(offsets: dict[str, dict[int, int]]) -> dict[str, Any]:
+    """A commit body: task -> {partition: next offset} (Kafka, no key buckets)."""
+    return {task: {"inputOffsets": [
+        {"ssp": {"system": "kafka", "stream": "in", "partition": p}, "offset": str(o)}
+        for p, o in sorted(parts.items())]} for task, parts in offsets.items()}
+
+
+def flat(cps: dict[str, Any]) -> dict[tuple[str, int], int]:
+    return {(task, o["ssp"]["partition"]): int(o["offset"])
+            for task, c in cps.items() for o in c["inputOffsets"]}
+
+
+@given(st.dictionaries(st.sampled_from("abc"), st.dictionaries(
+           st.integers(0, 3), st.integers(0, 99), min_size=1), max_size=3),
+       st.dictionaries(st.sampled_from("abc"), st.dictionaries(
+           st.integers(0, 3), st.integers(0, 99), min_size=1), max_size=3))
+def test_a_merged_commit_has_per_task_and_input_the_newest_offset(
+        older: dict[str, dict[int, int]], newer: dict[str, dict[int, int]]) -> None:
+    merged = flat(merge_checkpoints(body(older), body(newer)))
+    expected = {**flat(body(older)), **flat(body(newer))}
+    assert merged == expected
+
+
+def test_a_task_a_cut_left_out_of_the_newer_commit_keeps_the_older_ones_offset() -> None:
+    """The loaded chaos run's duplicates under exactly-once output: batches 10-12 of a
+    worker committed task P3 to 1439 while the blob store was away; batch 13 was cut
+    before P3's first record, so its commit named only P2; it replaced the pending one
+    and P3's progress was dropped, while the transaction carried batches 10-12's
+    output: P3's next owner processed them again."""
+    outage = Outage()
+    sent: list[dict[str, Any]] = []
+
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+               output: tuple[Any, ...] = ()) -> int:
+        outage(version, {"n": len(sent)}, checkpoint_id)  # fails until up
+        sent.append(cps)
+        return 1
+
+    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    c.submit(11, body({"P2": {2: 1752}, "P3": {3: 1362}}), output=(10,))
+    assert c.flush(timeout_s=0.1) is False  # failing: backing off
+    c.submit(11, body({"P2": {2: 1858}, "P3": {3: 1439}}), output=(11, 12))
+    c.submit(11, body({"P2": {2: 1885}}), output=(13,))  # P3 cut before its records
+    outage.up.set()
+    assert c.flush(timeout_s=10) is True
+    assert flat(sent[-1]) == {("P2", 2): 1885, ("P3", 3): 1439}
+    c.close()
+
+
+def test_a_task_forgotten_before_the_newer_commit_is_not_carried_into_it() -> None:
+    outage = Outage()
+    sent: list[dict[str, Any]] = []
+
+    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
+               output: tuple[Any, ...] = ()) -> int:
+        outage(version, {"n": len(sent)}, checkpoint_id)
+        sent.append(cps)
+        return 1
+
+    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    c.submit(1, body({"kept": {0: 10}, "lost": {1: 10}}))
+    assert c.flush(timeout_s=0.1) is False
+    c.forget(["lost"])  # handed over without its last commit
+    c.submit(1, body({"kept": {0: 20}}))
+    outage.up.set()
+    assert c.flush(timeout_s=10) is True
+    assert flat(sent[-1]) == {("kept", 0): 20}
     c.close()
