@@ -118,8 +118,14 @@ def add(running: Running, new: QueryPlan, read: Read, done: Done) -> Running:
             partitions[key] = PartitionStart(_source_start(needed[(topic, p)]), generation)
             generation += 1
             gen = partitions[key].generation
-        else:  # read already from before this start: its current batches do
-            gen = 0
+        else:
+            # its current generation reads from before this start, but a batch of an
+            # older one still in flight may have read past it (planned before a task
+            # added just now rewound the partition to where this one starts): count
+            # from the current generation (a chaos run's slipped reading: a bucket
+            # added right after its sibling's rewind to the same start ran, with
+            # generation 0, in a batch planned before that rewind)
+            gen = known.generation
         starts += [replace(s, generation=gen) for s in new.starts
                    if (s.topic, s.partition) == (topic, p)]
     endings = {(t, p): e for t, p, e in (*running.plan.endings, *new.endings)}

@@ -325,3 +325,29 @@ def test_a_bucket_added_behind_its_sibling_after_an_old_read_reads_from_its_own_
         w.run_batch()
     assert w.guarded == 0
     assert w.processed == Counter({(0, o): 1 for o in range(RECORDS)})
+
+
+def test_a_task_added_at_a_rewound_partitions_start_skips_a_batch_planned_before() -> None:
+    """A chaos run's slipped reading: a batch of partition 0 is planned from 10 (its
+    generation g); bucket 1 is added at 4 (the partition planned again from 4, at g + 1);
+    then it is removed and added back at the same 4 before any batch of g + 1 ran. Its
+    generation must be g + 1, not "any": the batch planned from 10 would otherwise run
+    it past records 4-9 (the guard caught it, and read the partition again)."""
+    w = World()
+    w.add([(0, 0)])
+    w.plan_batch(10)
+    w.run_batch()
+    w.plan_batch(5)  # in flight: from 10, at the partition's generation
+    w.elsewhere(0, 1, 4)  # bucket 1 committed to 4 by another worker
+    w.add([(0, 1)])  # behind 10: the partition is planned again from 4
+    w.remove([(0, 1)])
+    w.add([(0, 1)])  # back, at 4 again, before a batch of that generation ran
+    for _ in range(12):
+        w.run_batch()
+        w.plan_batch(5)
+    assert w.guarded == 0
+    w.add([(0, 0), (0, 1)])
+    for _ in range(12):
+        w.plan_batch(5)
+        w.run_batch()
+    assert w.processed == Counter({(0, o): 1 for o in range(RECORDS)})
