@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.client import CoordinatorError
+from worker.plan import ssp_key
 
 log = logging.getLogger("coxswain.worker")
 
@@ -37,11 +38,6 @@ log = logging.getLogger("coxswain.worker")
 #: the batches' output when the commit writes it (exactly-once output: the batches since
 #: the last commit, oldest first), else empty
 Upload = Callable[[int, dict[str, Any], "str | None", tuple[Any, ...]], int]
-
-
-def _ssp_key(offset: Mapping[str, Any]) -> tuple[Any, ...]:
-    ssp = offset.get("ssp", {})
-    return (ssp.get("system"), ssp.get("stream"), ssp.get("partition"), ssp.get("keyBucket"))
 
 
 def merge_checkpoints(older: Mapping[str, Any], newer: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,8 +54,8 @@ def merge_checkpoints(older: Mapping[str, Any], newer: Mapping[str, Any]) -> dic
                 and "inputOffsets" in before and "inputOffsets" in checkpoint):
             out[task] = checkpoint
             continue
-        offsets = {_ssp_key(o): o for o in before["inputOffsets"]}
-        offsets.update((_ssp_key(o), o) for o in checkpoint["inputOffsets"])
+        offsets = {ssp_key(o["ssp"]): o for o in before["inputOffsets"]}
+        offsets.update((ssp_key(o["ssp"]), o) for o in checkpoint["inputOffsets"])
         out[task] = {**checkpoint, "inputOffsets": list(offsets.values())}
     return out
 

@@ -194,10 +194,10 @@ def plan_query(model: Mapping[str, Any], processor_id: str,
         if checkpoints.get(name, {}).get("waitingFor"):
             waiting.append(name)  # a parent shard's key space is not finished yet
             continue
-        resolved = {_ssp_key(o["ssp"]): o["offset"]
+        resolved = {ssp_key(o["ssp"]): o["offset"]
                     for o in checkpoints.get(name, {}).get("inputOffsets", [])}
         for ssp in task["systemStreamPartitions"]:
-            raw = resolved.get(_ssp_key(ssp), "earliest")
+            raw = resolved.get(ssp_key(ssp), "earliest")
             starts.append(SspStart(name, ssp["stream"], int(ssp["partition"]),
                                    int(ssp.get("keyBucket", -1)), _offset(raw)))
         for w in checkpoints.get(name, {}).get("skipBelow", []):
@@ -216,7 +216,8 @@ def plan_query(model: Mapping[str, Any], processor_id: str,
                      tuple(waiting), endings)
 
 
-def _ssp_key(ssp: Mapping[str, Any]) -> tuple[str, int, int]:
+def ssp_key(ssp: Mapping[str, Any]) -> tuple[str, int, int]:
+    """An input's identity in a checkpoint body: (stream, partition, key bucket)."""
     return (ssp["stream"], int(ssp["partition"]), int(ssp.get("keyBucket", -1)))
 
 

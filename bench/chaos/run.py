@@ -166,8 +166,7 @@ def run(config: ChaosConfig, root: Path, progress: Callable[[str], None] = print
         expected = {(k, s) for k, seqs in produced.items() for s in seqs}
         records: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10,
-                                        committed=config.exactly_once)
+            records = read_json_records(d.kafka.bootstrap, d.output, idle_s=10)
             if expected <= {(r["key"], r["seq"]) for r in records}:
                 break
             time.sleep(3)

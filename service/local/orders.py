@@ -137,17 +137,17 @@ def _produce(send: Callable[[list[tuple[str, bytes]]], None], rate: float, keys:
 
 
 def read_json_records(bootstrap: str, topic: str, partition: int = 0,
-                      idle_s: float = 5.0, committed: bool = False) -> list[dict[str, Any]]:
+                      idle_s: float = 5.0) -> list[dict[str, Any]]:
     """Every record of ``topic``'s ``partition`` from the start, as JSON objects; stops at
     the partition's end (or after ``idle_s`` without a record). How checkers read a job's
-    output; ``committed``: as a ``read_committed`` reader (exactly-once output), up to the
-    last stable offset."""
+    output: as a ``read_committed`` reader (librdkafka's default, said here), up to the
+    last stable offset: exactly-once output's aborted transactions are not read, and
+    output without transactions is read whole."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
                          "enable.partition.eof": True, "log_level": 2,
-                         "isolation.level": "read_committed" if committed
-                         else "read_uncommitted"})
+                         "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, partition, 0)])
     out: list[dict[str, Any]] = []
     try:

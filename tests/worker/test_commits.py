@@ -144,6 +144,20 @@ class Outage:
         return 1
 
 
+class BodiesOutage(Outage):
+    """An :class:`Outage` that keeps the whole commit bodies it sent (``bodies``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []
+
+    def __call__(self, version: int, cps: dict[str, Any], checkpoint_id: str | None,
+                 output: tuple[Any, ...] = ()) -> int:
+        super().__call__(version, {"n": len(self.bodies)}, checkpoint_id)  # fails until up
+        self.bodies.append(cps)
+        return 1
+
+
 def test_a_failed_upload_fails_that_commit_only_and_the_newest_goes_out_after_it() -> None:
     outage = Outage()
     c = AsyncCommitter(outage, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
@@ -225,16 +239,9 @@ def test_tasks_handed_over_without_their_last_commit_are_never_sent_after() -> N
     """A hand-over that gave up waiting forgets its tasks: the retries of the commit
     carrying them go out without them (the kept tasks still commit), a commit left with
     none is dropped as done, and a later commit of a task that came back carries it."""
-    outage = Outage()
-    sent: list[dict[str, Any]] = []
-
-    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
-               output: tuple[Any, ...] = ()) -> int:
-        outage(version, {"n": len(sent)}, checkpoint_id)  # fails until up
-        sent.append(cps)
-        return 1
-
-    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    outage = BodiesOutage()
+    sent = outage.bodies
+    c = AsyncCommitter(outage, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
     c.submit(1, {"lost": 10, "kept": 10})
     assert c.flush(timeout_s=0.1) is False  # the blob store or the coordinator down
     c.forget(["lost"])
@@ -282,16 +289,9 @@ def test_a_task_a_cut_left_out_of_the_newer_commit_keeps_the_older_ones_offset()
     before P3's first record, so its commit named only P2; it replaced the pending one
     and P3's progress was dropped, while the transaction carried batches 10-12's
     output: P3's next owner processed them again."""
-    outage = Outage()
-    sent: list[dict[str, Any]] = []
-
-    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
-               output: tuple[Any, ...] = ()) -> int:
-        outage(version, {"n": len(sent)}, checkpoint_id)  # fails until up
-        sent.append(cps)
-        return 1
-
-    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    outage = BodiesOutage()
+    sent = outage.bodies
+    c = AsyncCommitter(outage, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
     c.submit(11, body({"P2": {2: 1752}, "P3": {3: 1362}}), output=(10,))
     assert c.flush(timeout_s=0.1) is False  # failing: backing off
     c.submit(11, body({"P2": {2: 1858}, "P3": {3: 1439}}), output=(11, 12))
@@ -303,16 +303,9 @@ def test_a_task_a_cut_left_out_of_the_newer_commit_keeps_the_older_ones_offset()
 
 
 def test_a_task_forgotten_before_the_newer_commit_is_not_carried_into_it() -> None:
-    outage = Outage()
-    sent: list[dict[str, Any]] = []
-
-    def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
-               output: tuple[Any, ...] = ()) -> int:
-        outage(version, {"n": len(sent)}, checkpoint_id)
-        sent.append(cps)
-        return 1
-
-    c = AsyncCommitter(upload, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
+    outage = BodiesOutage()
+    sent = outage.bodies
+    c = AsyncCommitter(outage, max_delay_s=60, retry_base_s=0.01, retry_max_s=0.05)
     c.submit(1, body({"kept": {0: 10}, "lost": {1: 10}}))
     assert c.flush(timeout_s=0.1) is False
     c.forget(["lost"])  # handed over without its last commit

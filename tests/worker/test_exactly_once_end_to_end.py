@@ -39,6 +39,7 @@ from tests.worker.test_end_to_end import (
 )
 from tests.worker.test_kinesis_end_to_end import Producing as KinesisProducing
 from tests.worker.test_kinesis_end_to_end import split
+from tests.worker.test_stateful_end_to_end import settled
 
 pytestmark = pytest.mark.slow
 
@@ -92,22 +93,6 @@ def check_exactly_once(records: list[dict[str, Any]], producing: Any,
         assert seqs == list(range(producing.seq[key])), (key, seqs[:40])
 
 
-def wait_for_containers(server: Any, wanted: set[str], timeout_s: float = 60) -> int:
-    """Until the job model lists exactly ``wanted``, each with active tasks (not only
-    warm-ups), and its barrier is done; that model's version."""
-    with server.client() as c:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            model = c.get("/jobmodel").json()
-            active = {pid for pid, ct in model["containers"].items()
-                      if any(t.get("taskMode", "Active") == "Active"
-                             for t in ct["tasks"].values())}
-            if set(model["containers"]) == wanted == active and model["barrier"] == "done":
-                return int(model["version"])
-            assert time.monotonic() < deadline, (model["version"], model["containers"])
-            time.sleep(0.3)
-
-
 @pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
 def test_kills_a_crash_between_commit_and_post_a_zombie_rescales_and_a_leave_duplicate_nothing(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path, stateful: bool,
@@ -156,17 +141,20 @@ def test_kills_a_crash_between_commit_and_post_a_zombie_rescales_and_a_leave_dup
         # a zombie: w1 (its whole process group) stopped mid-batch past its lease; its
         # tasks move to w0, which fences it; resumed, it cannot commit that batch, and
         # it registers again by itself. First w1 must hold tasks and write under them
-        version = wait_for_containers(server, {"w0", "w1"}, timeout_s=120)
+        with server.client() as c:
+            version = settled(c, ["w0", "w1"])["version"]
         producing.send(600)
         records = wait_committed(kafka, output, producing.total, workers, tmp_path)
         assert any(r["processor"] == "w1" and r["version"] == version for r in records)
         producing.send(600)
         time.sleep(0.5)
         os.killpg(workers["w1"].pid, signal.SIGSTOP)
-        wait_for_containers(server, {"w0"})
+        with server.client() as c:
+            settled(c, ["w0"])
         wait_committed(kafka, output, producing.total, {"w0": workers["w0"]}, tmp_path)
         os.killpg(workers["w1"].pid, signal.SIGCONT)
-        wait_for_containers(server, {"w0", "w1"}, timeout_s=90)
+        with server.client() as c:
+            settled(c, ["w0", "w1"])
         producing.send(600)
         wait_committed(kafka, output, producing.total, workers, tmp_path)
         workers["w0"].send_signal(signal.SIGTERM)  # a graceful leave
