@@ -96,6 +96,14 @@ def slow_kinesis_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame
     return kinesis_echo_task(ctx, rows)
 
 
+def slow_kinesis_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``kinesis_count_task`` with 5 ms of waiting per record: batches take a while."""
+    import time
+
+    time.sleep(0.005 * len(rows))
+    return kinesis_count_task(ctx, rows)
+
+
 def kinesis_echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     """process_task over Kinesis records: one output row per record, (key, seq, task,
     processor, version, shard, sequence number)."""

@@ -4,7 +4,8 @@
 checkpoint's post (the test hook) and comes back, a worker stopped (SIGSTOP) mid-batch
 past its lease and resumed after its tasks moved, and a graceful leave: a read_committed
 reader finds every (key, seq) exactly once, in order, with count == seq + 1 (stateful).
-And a stateless Kinesis job with a split and such a stopped worker."""
+And a Kinesis job, stateless and stateful (one standby per task), with a split and such
+a stopped worker."""
 
 from __future__ import annotations
 
@@ -180,14 +181,18 @@ def test_kills_a_crash_between_commit_and_post_a_zombie_rescales_and_a_leave_dup
     print(f"{len(records)} records, each exactly once")
 
 
-def test_a_stateless_kinesis_job_fences_a_stopped_worker_that_wakes_after_its_tasks_moved(
+@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
+def test_a_kinesis_job_fences_a_stopped_worker_that_wakes_after_its_tasks_moved(
     start_server: StartServer, kafka: LocalKafka, kinesis: LocalKinesis, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, stateful: bool,
 ) -> None:
-    """Stateless, Kinesis input, a shard split: w1 is stopped (SIGSTOP, its whole process
-    group) past its lease, its tasks move to w0, and it is resumed mid-batch with an open
+    """Kinesis input, a shard split: w1 is stopped (SIGSTOP, its whole process group)
+    past its lease, its tasks move to w0, and it is resumed mid-batch with an open
     transaction: a zombie. It cannot commit (fenced by w0 before w0 acked the version
-    that removed it), registers again by itself, and nothing comes out twice."""
+    that removed it), registers again by itself, and nothing comes out twice. Stateful:
+    the counting app with one standby per task, its state backed up to a blob store; the
+    split's children count on from their parents' state, and every (key, seq) is
+    committed once with count == seq + 1."""
     for name, value in KINESIS_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
     client = kinesis_client(kinesis)
@@ -200,13 +205,18 @@ def test_a_stateless_kinesis_job_fences_a_stopped_worker_that_wakes_after_its_ta
     server = start_server("--input", f"kinesis.{stream}", "--kinesis-endpoint",
                           kinesis.endpoint, "--partition-poll-interval-ms", "500",
                           "--elasticity-factor", "2", "--debounce-ms", "300",
-                          "--lease-ttl-ms", "4000")
+                          "--lease-ttl-ms", "4000",
+                          *(["--stateful", "--num-standbys", "1"] if stateful else []))
+    # 5 ms a record: a stopped worker is stopped mid-batch
+    app = "tests.worker.apps:" + ("slow_kinesis_count_task" if stateful
+                                  else "slow_kinesis_echo_task")
 
     def worker(pid: str) -> subprocess.Popen[bytes]:
+        state = ["--stateful", "--state-dir", str(tmp_path / f"state-{pid}"),
+                 "--blob-store", f"file://{tmp_path / 'blobs'}"] if stateful else []
         return start_worker(tmp_path, server.url, kafka, output, pid, "--api", "task",
                             "--output-topic", output, "--kinesis-endpoint",
-                            kinesis.endpoint, "--exactly-once",
-                            app="tests.worker.apps:slow_kinesis_echo_task")
+                            kinesis.endpoint, "--exactly-once", *state, app=app)
 
     workers = {"w0": worker("w0"), "w1": worker("w1")}
     try:
@@ -243,7 +253,13 @@ def test_a_stateless_kinesis_job_fences_a_stopped_worker_that_wakes_after_its_ta
         stop_workers(list(workers.values()))
     time.sleep(2)
     records = read_committed(kafka, output)
-    check_exactly_once(records, producing, counts=False)
+    check_exactly_once(records, producing, counts=stateful)
     log = (tmp_path / "w1.log").read_text()
     assert "fenced" in log, log[-3000:]
+    # the woken zombie found itself out (its lease gone, or its producer fenced)
+    assert re.search(r"lease lost|transactional id \S+ fenced|a commit was fenced",
+                     log.split("registered as w1")[1]), log[-3000:]
+    if stateful:  # keys moved into the split's children counted on from their parents
+        children = [r for r in records if r["shard"] >= 2]
+        assert children and any(r["count"] > 1 for r in children), children[:5]
     print(f"{len(records)} records, each exactly once")
