@@ -32,7 +32,12 @@ from service.local.kafka import LocalKafka  # noqa: E402
 from service.local.kinesis import LocalKinesis  # noqa: E402
 from service.local.s3 import CREDENTIALS, LocalS3  # noqa: E402
 from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
+from tests.infra import sigterm  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sigterm.install()  # a run stopped by SIGTERM still stops what its tests started
 
 
 @pytest.fixture(scope="session")

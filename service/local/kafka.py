@@ -179,6 +179,9 @@ class LocalKafka:
                 if not self.port_given:
                     self.port = next(picked)
                 self._write_properties()
+            except BaseException:  # interrupted (Ctrl-C, SIGTERM): nothing left running
+                self.stop()
+                raise
         raise AssertionError("unreachable")
 
     def _launch(self) -> None:

@@ -86,16 +86,19 @@ class LocalKinesis:
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         server = LocalKinesis(port, proc, log)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"kinesalite exited: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return server
-            except OSError:
-                time.sleep(0.05)
-        server.stop()
-        raise RuntimeError(f"kinesalite did not listen within {timeout_s}s")
+        try:  # not ready in time, or interrupted (Ctrl-C, SIGTERM): nothing left running
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"kinesalite exited: {log.read_text()[-2000:]}")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    return server
+                except OSError:
+                    time.sleep(0.05)
+            raise RuntimeError(f"kinesalite did not listen within {timeout_s}s")
+        except BaseException:
+            server.stop()
+            raise
 
     def stop(self) -> None:
         """Stop the server by pid."""

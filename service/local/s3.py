@@ -53,16 +53,19 @@ class LocalS3:
                                     stdin=subprocess.DEVNULL)
         server = LocalS3(port, proc, log)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited: {log.read_text()[-2000:]}")
-            try:
-                httpx.get(server.endpoint, timeout=0.5)
-                return server
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        server.stop()
-        raise RuntimeError(f"moto_server did not answer within {timeout_s}s")
+        try:  # not ready in time, or interrupted (Ctrl-C, SIGTERM): nothing left running
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"moto_server exited: {log.read_text()[-2000:]}")
+                try:
+                    httpx.get(server.endpoint, timeout=0.5)
+                    return server
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            raise RuntimeError(f"moto_server did not answer within {timeout_s}s")
+        except BaseException:
+            server.stop()
+            raise
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (path-style, unsigned requests are fine for moto)."""

@@ -86,16 +86,19 @@ class PostgresServer:
              "-c", "max_connections=200"],
             stdout=log, stderr=subprocess.STDOUT, cwd=root, **as_user)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"postgres exited: {Path(log.name).read_text()}")
-            try:
-                with psycopg.connect(self.admin_url, connect_timeout=1):
-                    return
-            except psycopg.OperationalError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("postgres did not accept connections within 30s")
+        try:  # not ready in time, or interrupted (Ctrl-C, SIGTERM): nothing left running
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"postgres exited: {Path(log.name).read_text()}")
+                try:
+                    with psycopg.connect(self.admin_url, connect_timeout=1):
+                        return
+                except psycopg.OperationalError:
+                    time.sleep(0.1)
+            raise RuntimeError("postgres did not accept connections within 30s")
+        except BaseException:
+            self.stop()
+            raise
 
     def pause(self) -> None:
         """Shut the postmaster down (an outage), keeping the cluster for :meth:`resume`."""
