@@ -19,9 +19,15 @@ import pytest
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # once: a second SIGTERM while the teardown runs must not cut the teardown short
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # once: a second SIGTERM while the teardown runs must not cut the teardown short.
+    # Swallowed by a handler, not SIG_IGN: an ignored signal stays ignored in every
+    # process the teardown starts, a handler does not survive their exec
+    signal.signal(signal.SIGTERM, _swallow)
     raise KeyboardInterrupt(f"signal {signum}: stopping the test run")
+
+
+def _swallow(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM while the run already stops: nothing more to do."""
 
 
 def install() -> None:
