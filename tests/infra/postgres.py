@@ -97,7 +97,7 @@ class PostgresServer:
                     time.sleep(0.1)
             raise RuntimeError("postgres did not accept connections within 30s")
         except BaseException:
-            self.stop()
+            self.pause()  # the process only: the cluster is the fixture's to remove
             raise
 
     def pause(self) -> None:
