@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from common.paths import cache_dir
-from service.local.ports import free_port, stop_process
+from service.local.ports import free_port, stop_process, wait_started
 
 VERSION = "3.3.3"
 # kinesalite accepts any credentials; clients still need some to sign requests
@@ -85,20 +85,16 @@ class LocalKinesis:
             proc = subprocess.Popen(["node", str(script), str(port)], cwd=root, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         server = LocalKinesis(port, proc, log)
-        deadline = time.monotonic() + timeout_s
-        try:  # not ready in time, or interrupted (Ctrl-C, SIGTERM): nothing left running
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"kinesalite exited: {log.read_text()[-2000:]}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    return server
-                except OSError:
-                    time.sleep(0.05)
-            raise RuntimeError(f"kinesalite did not listen within {timeout_s}s")
-        except BaseException:
-            server.stop()
-            raise
+
+        def listening() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return True
+            except OSError:
+                return False
+
+        wait_started(proc, listening, "kinesalite", log, timeout_s, server.stop, poll_s=0.05)
+        return server
 
     def stop(self) -> None:
         """Stop the server by pid."""

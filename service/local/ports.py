@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -33,6 +35,28 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in held:
             s.close()
+
+
+def wait_started(proc: subprocess.Popen[bytes], ready: Callable[[], bool], what: str,
+                 log: Path, timeout_s: float, stop: Callable[[], None],
+                 poll_s: float = 0.1) -> None:
+    """Return once ``ready()``; raise ``RuntimeError`` when ``proc`` exits first (with its
+    log's tail) or ``timeout_s`` passes. Whatever ends the wait otherwise, a failure or an
+    interruption (Ctrl-C, SIGTERM: ``KeyboardInterrupt``), ``stop()`` runs first: a start
+    that does not return leaves nothing running."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{what} exited: {tail}")
+            if ready():
+                return
+            time.sleep(poll_s)
+        raise RuntimeError(f"{what} did not start within {timeout_s}s")
+    except BaseException:
+        stop()
+        raise
 
 
 def wait_until_answering(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from common.paths import cache_dir
-from service.local.ports import free_port, stop_process
+from service.local.ports import free_port, stop_process, wait_started
 
 # moto accepts any credentials; clients still need some to sign requests
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "coxswain-test", "AWS_SECRET_ACCESS_KEY": "coxswain-test",
@@ -52,20 +51,16 @@ class LocalS3:
                                     stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
         server = LocalS3(port, proc, log)
-        deadline = time.monotonic() + timeout_s
-        try:  # not ready in time, or interrupted (Ctrl-C, SIGTERM): nothing left running
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"moto_server exited: {log.read_text()[-2000:]}")
-                try:
-                    httpx.get(server.endpoint, timeout=0.5)
-                    return server
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-            raise RuntimeError(f"moto_server did not answer within {timeout_s}s")
-        except BaseException:
-            server.stop()
-            raise
+
+        def answering() -> bool:
+            try:
+                httpx.get(server.endpoint, timeout=0.5)
+                return True
+            except httpx.HTTPError:
+                return False
+
+        wait_started(proc, answering, "moto_server", log, timeout_s, server.stop)
+        return server
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (path-style, unsigned requests are fine for moto)."""

@@ -13,14 +13,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
-from service.local.ports import free_port
+from service.local.ports import free_port, wait_started
 
 REPO = Path(__file__).resolve().parents[2]
 HOW_TO_INSTALL = ("PostgreSQL binaries not found: run ./deploy/test.sh (it installs Debian's "
@@ -85,20 +84,17 @@ class PostgresServer:
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
              "-c", "max_connections=200"],
             stdout=log, stderr=subprocess.STDOUT, cwd=root, **as_user)
-        deadline = time.monotonic() + 30
-        try:  # not ready in time, or interrupted (Ctrl-C, SIGTERM): nothing left running
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"postgres exited: {Path(log.name).read_text()}")
-                try:
-                    with psycopg.connect(self.admin_url, connect_timeout=1):
-                        return
-                except psycopg.OperationalError:
-                    time.sleep(0.1)
-            raise RuntimeError("postgres did not accept connections within 30s")
-        except BaseException:
-            self.pause()  # the process only: the cluster is the fixture's to remove
-            raise
+
+        def accepting() -> bool:
+            try:
+                with psycopg.connect(self.admin_url, connect_timeout=1):
+                    return True
+            except psycopg.OperationalError:
+                return False
+
+        # on a failure or an interruption the postmaster only is stopped: the cluster is
+        # the fixture's to remove
+        wait_started(self.proc, accepting, "postgres", Path(log.name), 30, self.pause)
 
     def pause(self) -> None:
         """Shut the postmaster down (an outage), keeping the cluster for :meth:`resume`."""

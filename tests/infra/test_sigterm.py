@@ -33,8 +33,8 @@ def service(tmp_path_factory):
 
 def test_runs_long(service, tmp_path_factory):
     proc = subprocess.Popen(["sleep", "600"])
-    (tmp_path_factory.getbasetemp().parent / "own.pid").write_text(str(proc.pid))
-    try:
+    try:  # the pid is told from inside: a SIGTERM once it is known meets this finally
+        (tmp_path_factory.getbasetemp().parent / "own.pid").write_text(str(proc.pid))
         time.sleep(600)
     finally:
         proc.terminate()
@@ -54,7 +54,9 @@ def test_sigterm_runs_the_tests_finally_blocks_and_fixture_teardowns(tmp_path: P
     pid_files = (base.parent / "service.pid", base.parent / "own.pid")
     try:
         deadline = time.monotonic() + 60
-        while not all(p.exists() for p in pid_files):
+        # own.pid is written inside the test's try, after the fixture yielded: both
+        # processes' stops are armed once it exists
+        while not all(p.exists() and p.read_text() for p in pid_files):
             assert run.poll() is None, run.communicate()[0].decode()
             assert time.monotonic() < deadline, "the inner test never started"
             time.sleep(0.1)
