@@ -487,8 +487,13 @@ def main() -> None:
     p.add_argument("--new-args", default="",
                    help="more worker arguments for the new runtime only, one string (e.g. "
                         "'--max-offsets-per-trigger 100000 --target-batch-ms 4000')")
+    p.add_argument("--readers", default="",
+                   help="comma-separated Kafka readers (python, jvm): the throughput part "
+                        "runs the new runtime once with each (--kafka-reader), beside the "
+                        "old runtime unless --new-only")
     args = p.parse_args()
     only = set(filter(None, args.only.split(",")))
+    readers = [r for r in args.readers.split(",") if r]
     checkouts = (args.new,) if args.new_only else (args.old, args.new)
 
     def extra(tree: Path) -> tuple[str, ...]:
@@ -549,12 +554,15 @@ def main() -> None:
         if not only or "throughput" in only:
             for app, factor in (("none", 1), ("slow", 1), ("slow", 4)):
                 for tree in checkouts:
-                    rates = [throughput(tree, kafka, root, app, factor, extra(tree))
-                             for _ in range(args.runs)]
-                    print(json.dumps({"throughput": app, "factor": factor,
-                                      "tree": str(tree),
-                                      "recordsPerSecond": [round(r) for r in rates]}),
-                          flush=True)
+                    for reader in (readers if tree == args.new and readers else [""]):
+                        more = ("--kafka-reader", reader) if reader else ()
+                        rates = [throughput(tree, kafka, root, app, factor,
+                                            (*extra(tree), *more))
+                                 for _ in range(args.runs)]
+                        print(json.dumps({"throughput": app, "factor": factor,
+                                          "tree": str(tree), "reader": reader or None,
+                                          "recordsPerSecond": [round(r) for r in rates]}),
+                              flush=True)
     finally:
         kinesis.stop()
         kafka.destroy()

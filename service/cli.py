@@ -465,6 +465,11 @@ def _worker(args: argparse.Namespace) -> None:
                             or f"file://{state_dir.parent / 'coxswain-blobs'}",
                             args.blob_store_endpoint, args.blob_gc_interval_s,
                             args.blob_gc_grace_s, blob_options)
+    if state is not None and not is_local_master(args.spark_master):
+        # a task pinned to its executor (worker.placement) waits this long for a core
+        # there, busy with a standby fetch, before Spark runs it elsewhere, where its
+        # state would have to be restored (Spark's default: 3 s)
+        spark_conf.setdefault("spark.locality.wait.process", "10s")
     exactly_once = None
     if args.exactly_once:
         if args.api != "task" or not args.output_topic:
@@ -491,7 +496,8 @@ def _worker(args: argparse.Namespace) -> None:
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
-        executor_state_dir=args.executor_state_dir, exactly_once=exactly_once)
+        executor_state_dir=args.executor_state_dir, exactly_once=exactly_once,
+        kafka_reader=args.kafka_reader)
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
@@ -694,6 +700,12 @@ def parser() -> argparse.ArgumentParser:
                    help="records per micro-batch: in all on Kafka (split across "
                         "partitions; default: no limit), per shard on Kinesis (default: "
                         "10000)")
+    w.add_argument("--kafka-reader", choices=("python", "jvm"), default="python",
+                   help="who reads the Kafka ranges Coxswain's source plans for each "
+                        "batch: its consumers in Spark's Python workers (python), or "
+                        "Spark's own Kafka connector (jvm). Either way one query for the "
+                        "worker's life; which is faster depends on the job "
+                        "(bench/RESULTS.md)")
     w.add_argument("--target-batch-ms", type=int,
                    help="Kafka: with a backlog, micro-batches are sized to take about "
                         "this long; never more records than --max-offsets-per-trigger. "

@@ -290,3 +290,91 @@ def test_a_stateful_kinesis_job_on_a_cluster_is_refused_when_its_tasks_arrive(
     assert "a stateful job on Kinesis runs on a local Spark master only" in log, log[-3000:]
     with server.client() as c:  # it left: its tasks are free at once, no lease to expire
         assert c.get("/processors").json() == []
+
+
+def test_each_task_stays_on_one_of_two_executors_until_that_one_is_lost(
+    start_server: StartServer, kafka: LocalKafka, cluster: SparkCluster,
+    s3_server: LocalS3, tmp_path: Path,
+) -> None:
+    """One Coxswain worker whose application has two executors (one core each, on two
+    Spark workers with private folders), the counting app at factor 4 on 2 partitions
+    (8 tasks): each task's batches run on one executor, which keeps its state (restored
+    once, then kept batch after batch). The Spark worker under one executor killed -9:
+    its tasks restore once on the survivor and stay there. One added: the application
+    gets an executor there and tasks spread onto it. Every count exact."""
+    _, helper = app_folders(tmp_path)
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(400)
+    server = coordinator_for(start_server, kafka, topic, "--stateful",
+                             "--elasticity-factor", "4")
+    bucket = f"b-{uuid.uuid4().hex[:10]}"
+    s3_server.create_bucket(bucket)
+    worker = cluster_worker(
+        tmp_path, cluster, server.url, kafka, output, "w0", "--py-files",
+        str(helper / "probe_helper.py"), "--stateful", "--blob-store", f"s3://{bucket}/pin",
+        "--blob-store-endpoint", s3_server.endpoint, "--target-batch-ms", "2000",
+        "--conf", "spark.cores.max=2", "--conf", "spark.executor.cores=1",
+        *(a for k, v in CREDENTIALS.items() for a in ("--conf", f"spark.executorEnv.{k}={v}")),
+        app="probe_app:count")
+    tasks = {f"Partition {p}_{b}_4" for p in range(2) for b in range(4)}
+
+    def rounds(n: int) -> list[dict[str, Any]]:
+        """``n`` rounds of records, each waited for; the records output meanwhile."""
+        mark = len(read_all(kafka, output))
+        for _ in range(n):
+            producing.send(300)
+            wait_output(kafka, output, producing.total)
+            assert worker.poll() is None
+        return read_all(kafka, output)[mark:]
+
+    def executors_of(records: list[dict[str, Any]]) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for r in records:
+            found.setdefault(r["task"], set()).add(r["cwd"])
+        return found
+
+    try:
+        deadline = time.monotonic() + 240
+        while {r["task"] for r in read_all(kafka, output)} != tasks:
+            assert worker.poll() is None, (tmp_path / "w0.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "not every task ran"
+            time.sleep(1)
+        while not any(a.get("cores") == 2 for a in cluster.state().get("activeapps", [])):
+            assert time.monotonic() < deadline, "the application never had two executors"
+            time.sleep(0.5)
+        rounds(1)  # (an executor registered after the first batches: tasks spread now)
+        with server.client() as c:
+            before = {t: r["count"] for t, r in restores_of(c, "w0").items()}
+            steady = executors_of(rounds(3))
+            assert set(steady) == tasks
+            assert all(len(cwds) == 1 for cwds in steady.values()), steady  # pinned
+            held = {next(iter(cwds)) for cwds in steady.values()}
+            assert len(held) == 2, steady  # on both executors
+            # each task's state kept where it is, batch after batch: no restore since
+            assert {t: r["count"] for t, r in restores_of(c, "w0").items()} == before
+        victim = next(i for i in cluster.alive()
+                      if any(cwd.startswith(str(cluster.work_dir(i))) for cwd in held))
+        lost = str(cluster.work_dir(victim))
+        cluster.kill_worker(victim)
+        rounds(1)  # the lost executor's tasks restore on the survivor
+        after = executors_of(rounds(2))
+        assert all(len(cwds) == 1 and not next(iter(cwds)).startswith(lost)
+                   for cwds in after.values()), after
+        placements = (tmp_path / "w0.log").read_text().count("placement RDD")
+        added = cluster.add_worker()  # the application gets an executor there
+        rounds(1)
+        spread = executors_of(rounds(2))
+        assert all(len(cwds) == 1 for cwds in spread.values()), spread
+        assert any(next(iter(cwds)).startswith(str(cluster.work_dir(added)))
+                   for cwds in spread.values()), spread
+    finally:
+        stop_workers([worker])
+    log = (tmp_path / "w0.log").read_text()
+    assert worker.returncode == 0, log[-3000:]
+    records = read_all(kafka, output)
+    duplicated = check_lost_and_order(records, producing)
+    assert all(d["cwd"].startswith(lost) for d in duplicated), duplicated[:3]
+    wrong = [r for r in records if r["count"] != r["seq"] + 1]
+    assert not wrong, wrong[:5]
+    assert log.count("placement RDD") > placements  # made again for the added executor

@@ -160,7 +160,9 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     producing.send(2000)
     server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms", "1000",
                              "--lease-ttl-ms", "20000")
-    workers = [start_worker(tmp_path, server.url, kafka, output, f"w{i}") for i in range(2)]
+    # w1 reads with Spark's Kafka connector: tasks move between the two readers
+    workers = [start_worker(tmp_path, server.url, kafka, output, "w0"),
+               start_worker(tmp_path, server.url, kafka, output, "w1", "--kafka-reader", "jvm")]
     try:
         wait_output(kafka, output, producing.total)
         with server.client() as c:

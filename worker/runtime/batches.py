@@ -30,7 +30,9 @@ from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.commits import AsyncCommitter
 from worker.cut_signals import CutSignals, Left
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for
+from worker.jvm_kafka import Planned, planned_ranges
 from worker.kafka_source import readers_of
+from worker.placement import SLOT, Placement, slot_sql
 from worker.plan import QueryPlan, sql_string
 from worker.running import (
     Running,
@@ -82,7 +84,9 @@ class BatchRunner:
                  publish: Callable[[Running], None], size: BatchSize | None = None,
                  batch_offsets: Callable[[int], dict[str, Any] | None] = lambda _: None,
                  set_limit: Callable[[int | None], None] = lambda _: None,
-                 cut_signals: CutSignals | None = None) -> None:
+                 cut_signals: CutSignals | None = None,
+                 read_ranges: Callable[[Planned], DataFrame] | None = None,
+                 placement: Placement | None = None) -> None:
         self._spark = spark
         self._process = process
         self._client = client
@@ -123,6 +127,11 @@ class BatchRunner:
         self._planned_under: int | None = None  # the batch in flight's source plan version
         self._ranges_read: dict[str, Any] = {}  # the batch in flight's ranges (tracing)
         self.cuts = 0  # batches cut short so far
+        # ``--kafka-reader jvm``: a batch's planned ranges read by Spark's Kafka connector
+        # instead of the source's own rows (``worker.jvm_kafka``)
+        self._read_ranges = read_ranges
+        # a cluster master with state: each task pinned to an executor (``worker.placement``)
+        self._placement = placement
 
     # -- the running tasks (each change applied at the batch boundary)
 
@@ -268,6 +277,11 @@ class BatchRunner:
             started = time.monotonic()
             plan = self.running.plan
             ranges = None if plan.system == "kinesis" else self._ranges(batch_id)
+            if ranges is not None and self._read_ranges is not None:
+                planned = planned_ranges({"p": self._ranges_read})
+                if planned:  # one Spark task per Kafka partition reads it
+                    batch = self._read_ranges(planned)
+                    ranges = (*ranges[:3], len(planned))
             persisted = ranges is None
             if persisted:  # the batch read twice: once for its ends, once processed
                 batch.persist()
@@ -390,20 +404,30 @@ class BatchRunner:
         """Process and commit the batch for ``plan``; whether it was cut short."""
         states = self._states
         columns = KINESIS_COLUMNS if plan.system == "kinesis" else COLUMNS
+        # on a cluster master each task's state is kept by the executor that runs it,
+        # and each task runs on one executor while it lives: its slot's (Kafka; the
+        # batch's planned ranges read there)
+        remote = states if isinstance(states, ExecutorStates) else None
+        slots: dict[str, int] | None = None
+        if remote is not None and self._placement is not None and self._ranges_read:
+            partitions: dict[str, set[tuple[str, int]]] = {}
+            for s in plan.starts:
+                partitions.setdefault(s.task, set()).add((s.topic, s.partition))
+            batch, slots = self._placement.rows(self._ranges_read, partitions)
         mine = (batch.withColumn("keyBucket", F.expr(plan.bucket_expr()))
-                .where(plan.filter_sql()).withColumn("taskName", F.expr(_task_column(plan)))
-                .select(*columns))
+                .where(plan.filter_sql()).withColumn("taskName", F.expr(_task_column(plan))))
+        if slots is not None:  # a slot reads whole partitions: only its own tasks' rows
+            mine = mine.where(f"({slot_sql(slots)}) = {SLOT}")
+        mine = mine.select(*columns)
         checkpoint_id = new_checkpoint_id() if states is not None else None
         tasks = tuple(sorted({s.task for s in plan.starts}))
         # a Kafka partition's rows are read by one Spark task: when the reading tasks
         # are as many as the tasks with rows could use, they run where they were read
         with_rows = Counter(s.task for s in plan.starts if (s.topic, s.partition) in ends)
-        placed = placed_by_reads(readers, len(with_rows),
-                                 self._spark.sparkContext.defaultParallelism,
-                                 max(with_rows.values(), default=0))
+        placed = slots is not None or placed_by_reads(
+            readers, len(with_rows), self._spark.sparkContext.defaultParallelism,
+            max(with_rows.values(), default=0))
         cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
-        # on a cluster master each task's state is kept by the executor that runs it
-        remote = states if isinstance(states, ExecutorStates) else None
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
         output: list[Any] = []

@@ -55,6 +55,9 @@ class WorkerConfig:
     # exactly-once output (``--exactly-once``): process_task's rows and each commit's
     # checkpoint record written in one Kafka transaction per commit
     exactly_once: ExactlyOnce | None = None
+    # who reads a Kafka batch the source planned: its consumers in Spark's Python workers
+    # ("python"), or Spark's own Kafka connector ("jvm", ``worker.jvm_kafka``)
+    kafka_reader: str = "python"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +26,8 @@ from worker import batch_size
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.cut_signals import CutSignals, FolderSignals, HttpSignals
 from worker.exactly_once import Fencing, ensure_log_topic
+from worker.jvm_kafka import quiet_group_warning, read_ranges
+from worker.placement import Placement
 from worker.runtime.app import is_local_master
 from worker.runtime.batches import BatchRunner
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
@@ -52,15 +55,26 @@ class Worker:
         # task state on the driver's disk, which local[N] executors share; on a cluster
         # master, kept by the executors where the tasks run
         self._states: StateKeeping | None = None
+        # on a cluster master, each task pinned to one executor while it lives
+        self._placement: Placement | None = None
         if config.state is not None:
-            self._states = TaskStates(config.state) if is_local_master(
-                config.spark_master) else ExecutorStates(config.state, spark,
-                                                         config.executor_state_dir)
+            if is_local_master(config.spark_master):
+                self._states = TaskStates(config.state)
+            else:
+                self._placement = Placement(spark, config.kafka_bootstrap)
+                self._states = ExecutorStates(config.state, spark,
+                                              config.executor_state_dir,
+                                              pinning=self._placement)
         # the query hands batches to the runner, which steers the query's batch size
         self._query = SourceQuery(spark, config, self._on_batch)
         # how the driver tells executors a batch is cut (``worker.cut_signals``): files
         # where they share its disk, else its HTTP answer
         self._signals = cut_signals or default_signals(spark, config, self._query)
+        reader_group = f"coxswain-reader-{uuid.uuid4().hex[:12]}"  # (--kafka-reader jvm)
+        if config.kafka_reader == "jvm":
+            quiet_group_warning(spark)
+            log.info("Kafka batches are read by Spark's Kafka connector (group %s)",
+                     reader_group)
         # a fenced commit ends this lease as a lost one does: register again
         self._runner = BatchRunner(
             spark, process_batch, self._client, self._states,
@@ -68,7 +82,10 @@ class Worker:
             config.trigger_interval_s, lambda: self.processor_id, self._query.apply,
             batch_size.start(config.target_batch_s or batch_size.default_target_s(config.api),
                              config.max_offsets_per_trigger),
-            self._query.batch_offsets, self._query.limit, self._signals)
+            self._query.batch_offsets, self._query.limit, self._signals,
+            (lambda planned: read_ranges(spark, config.kafka_bootstrap, reader_group,
+                                         planned))
+            if config.kafka_reader == "jvm" else None, self._placement)
         self._keeper: StateKeeper | None = None
         self._left = False
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -46,6 +46,9 @@ from worker.state.tasks import StateConfig, TaskStates, key_space_offsets
 
 log = logging.getLogger("coxswain.worker.state")
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 
 def base_of(task: str, checkpoint: Mapping[str, Any]) -> TaskBase:
     """The state a task starts from, by its resolved checkpoint."""
@@ -65,12 +68,22 @@ def base_of(task: str, checkpoint: Mapping[str, Any]) -> TaskBase:
     return TaskBase(str(checkpoint.get("checkpointId")), marker, committed_marker=committed)
 
 
+class Pinning(Protocol):
+    """Runs work for tasks on the executors their batches run on (``worker.placement``)."""
+
+    def run(self, items: Mapping[str, T], fn: Callable[[Iterable[tuple[str, T]]],
+                                                        Iterable[R]]) -> list[R]: ...
+
+
 class ExecutorStates:
     """Bases, reports and commits of the tasks whose state the executors keep."""
 
     def __init__(self, config: StateConfig, spark: SparkSession,
-                 executor_state_dir: str, blobs: BlobStore | None = None) -> None:
+                 executor_state_dir: str, blobs: BlobStore | None = None,
+                 pinning: Pinning | None = None) -> None:
         self.config = config
+        # standby copies fetched where their tasks will run (None: any executor)
+        self._pinning = pinning
         self._spark = spark
         self.executor_state_dir = executor_state_dir
         self._blobs = blobs or open_blob_store(config.blob_store, config.blob_store_endpoint,
@@ -214,9 +227,13 @@ class ExecutorStates:
         plan = self.plan(-1, "0-0", sorted(wanted))
         items = sorted(wanted.items())
         fetch = _fetcher(plan)
-        rdd = self._spark.sparkContext.parallelize(items, max(1, len(items)))
+        if self._pinning is not None:
+            fetched = self._pinning.run(dict(items), fetch)
+        else:
+            rdd = self._spark.sparkContext.parallelize(items, max(1, len(items)))
+            fetched = rdd.mapPartitions(fetch).collect()
         done: dict[str, str] = {}
-        for task, cid, error in rdd.mapPartitions(fetch).collect():
+        for task, cid, error in fetched:
             if error:
                 log.warning("standby %s: state not fetched on an executor: %s", task, error)
             else:
