@@ -65,8 +65,10 @@ def _plain_work(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 
 def produce(kafka: LocalKafka, topic: str, n: int, keys: int) -> None:
+    # idempotent: a retried send on a loaded machine must not write a record twice
+    # (a doubled input record would show as wrong counts in a stateful run)
     p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
-                  "log_level": 2})
+                  "enable.idempotence": True, "acks": "all", "log_level": 2})
     seq: dict[int, int] = defaultdict(int)
     for i in range(n):
         key = i * 7919 % keys

@@ -10,14 +10,37 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from coordinator.store.metadata import MetadataStore
 
 TASK_LOCALITY = "taskLocality"
 CONFIG = "config"
+#: the heartbeat stat in which a worker names the host each of its tasks' state is on,
+#: when that is not its own location (a worker on a Spark cluster whose executors keep
+#: the state, on several hosts): ``{"taskHosts": {task: host}}``
+TASK_HOSTS = "taskHosts"
+MAX_LOCATION = 255  # characters of a reported host (as of a location id)
 log = logging.getLogger("coxswain.coordinator")
+
+
+def reported_locations(owners: Mapping[str, Iterable[str]],
+                       stats: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """task -> the host its owner reports its state on (``TASK_HOSTS`` of the owner's
+    last heartbeat stats), for the tasks each processor of ``owners`` (processor id ->
+    its active tasks) owns. A report of a task another processor owns now, or a value
+    that is not a host name, is ignored: localities are hints, never an error."""
+    found: dict[str, str] = {}
+    for pid, tasks in owners.items():
+        hosts = (stats.get(pid) or {}).get(TASK_HOSTS)
+        if not isinstance(hosts, Mapping):
+            continue
+        for task in tasks:
+            host = hosts.get(task)
+            if isinstance(host, str) and 0 < len(host) <= MAX_LOCATION:
+                found[task] = host
+    return found
 
 
 class TaskLocality:

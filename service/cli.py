@@ -497,7 +497,8 @@ def _worker(args: argparse.Namespace) -> None:
         kinesis_endpoint=args.kinesis_endpoint,
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
         executor_state_dir=args.executor_state_dir, exactly_once=exactly_once,
-        kafka_reader=args.kafka_reader)
+        kafka_reader=args.kafka_reader,
+        task_hosts=not is_local_master(args.spark_master) and not args.location)
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
     # a SIGTERM while Spark starts is kept for later, so its JVM is still stopped by us
@@ -543,15 +544,6 @@ def _worker(args: argparse.Namespace) -> None:
                     # the tasks' state lives where they run: that host is the location
                     # host affinity weighs (one executor host: an application per worker)
                     config = dataclasses.replace(config, location=hosts[0])
-                executors = len(spark.sparkContext.statusTracker().getExecutorInfos()) - 1
-                if args.stateful and signals is not None and executors > 1:
-                    # Python data sources name no preferred locations: nothing keeps a
-                    # task on the executor that holds its state
-                    logging.getLogger("coxswain.worker").warning(
-                        "%d executors: a task may run on another one from batch to batch "
-                        "and restore its state there (correct, slower); run one executor "
-                        "per stateful worker (spark.cores.max = the executor's cores) to "
-                        "keep each task's state where it runs", executors)
             except AppError as e:
                 raise SystemExit(f"coxswain worker: {e}") from None
             except Exception:

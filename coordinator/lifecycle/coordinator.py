@@ -49,7 +49,14 @@ from coordinator.lifecycle.inputs import JobInputs
 from coordinator.lifecycle.liveness import Liveness
 from coordinator.lifecycle.probing import Probing
 from coordinator.lifecycle.waiters import ChangeSignal
-from coordinator.locality import CONFIG, DesiredConfig, LocalityWriter, TaskLocality
+from coordinator.locality import (
+    CONFIG,
+    TASK_HOSTS,
+    DesiredConfig,
+    LocalityWriter,
+    TaskLocality,
+    reported_locations,
+)
 from coordinator.membership import Membership, ProcessorLease
 from coordinator.model_cache import ModelCache
 from coordinator.scheduler import Scheduler
@@ -664,6 +671,11 @@ class Coordinator:
         if self._scheduler is not None:
             self._scheduler.cancel("barrier-timeout")
         known = self._known_locality
+        # a task whose owner reports the host its state is on (its executor's, on a
+        # Spark cluster) is located there rather than at its processor's location
+        stats = self.membership.stats()
+        reporting = {pid: [t.name for t in c.active_tasks]
+                     for pid, c in model.containers.items() if TASK_HOSTS in stats.get(pid, {})}
 
         # outcomes older than any model still kept
         self._fence.forget_before(barrier.version - 2 * self.config.keep_job_models)
@@ -673,6 +685,7 @@ class Coordinator:
             self._barriers.prune(barrier.version - self.config.keep_job_models)
             # here too, not on the event loop: 200k tasks after a factor change
             locality = model.task_locations()
+            locality.update(reported_locations(reporting, stats))
             return locality, {**known, **locality}
 
         locality, self._known_locality = await self._io(persist)

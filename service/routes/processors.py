@@ -61,7 +61,9 @@ async def heartbeat(
 ) -> HeartbeatResponse:
     """Renew the lease; report task lags and stats. 404 once the lease expired; 409
     ``fenced`` with the token of an earlier registration. Lags or stats out of bounds
-    are left out (or clamped) and named in ``warnings``: the lease is renewed."""
+    are left out (or clamped) and named in ``warnings``: the lease is renewed. The
+    stat ``taskHosts`` (``{task: host}``: where each task's state is, when not at the
+    processor's location) becomes those tasks' localities once a barrier is done."""
     await coordinator.heartbeat(processor_id, token, body.task_lags, body.stats)
     log_warnings(processor_id, body.warnings)
     latest = coordinator.latest

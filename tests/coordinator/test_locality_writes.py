@@ -8,12 +8,19 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from coordinator.barrier import BarrierState
 from coordinator.clock import SystemClock
 from coordinator.leader import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
-from coordinator.locality import TASK_LOCALITY, LocalityWriter, TaskLocality
+from coordinator.locality import (
+    TASK_HOSTS,
+    TASK_LOCALITY,
+    LocalityWriter,
+    TaskLocality,
+    reported_locations,
+)
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
@@ -91,3 +98,51 @@ async def _writer_scenario(tmp_path: Path) -> dict[str, str]:
 
 def test_writes_run_in_order_and_a_failed_one_stops_none_after_it(tmp_path: Path) -> None:
     assert asyncio.run(_writer_scenario(tmp_path)) == {"b": "h2", "c": "h3"}
+
+
+async def _reported_hosts_scenario(tmp_path: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    slow = store(tmp_path)
+    slow.release.set()
+    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
+                               debounce_s=60, barrier_timeout_s=60)
+    coordinator = Coordinator(config, slow, EmbeddedLeader("r1"), SystemClock())
+    await coordinator.start()
+    try:
+        _, _, token = await coordinator.register("app", "driver-host", None)
+        model = await rebalanced(coordinator)
+        hosts = {"Partition 0": "host-x", "Partition 1": "host-x", "Partition 2": "host-y",
+                 # ignored: a task of another processor, a value that is no host name
+                 "Partition 9": "host-z", "Partition 3": 7}
+        await coordinator.heartbeat("app", token, None, {TASK_HOSTS: hosts})
+        assert await coordinator.ack(model.version, "app") is BarrierState.DONE
+        stored = TaskLocality(slow).read()
+        # the app leaves; one processor at each host comes (in one version)
+        await coordinator.leave("app")
+        await coordinator.register("x0", "host-x", None)
+        await coordinator.register("y0", "host-y", None)
+        after = await rebalanced(coordinator)
+        return stored, {pid: sorted(t.name for t in c.active_tasks)
+                        for pid, c in after.containers.items()}
+    finally:
+        await coordinator.stop()
+
+
+def test_the_hosts_a_worker_reports_are_its_tasks_localities(tmp_path: Path) -> None:
+    """A worker on a Spark cluster whose executors keep its tasks' state on several
+    hosts reports each task's host (the heartbeat stat ``taskHosts``): the barrier
+    records those as the tasks' localities, so once it leaves each task goes to the
+    processor at its state's host."""
+    stored, owners = asyncio.run(_reported_hosts_scenario(tmp_path))
+    assert stored == {"Partition 0": "host-x", "Partition 1": "host-x",
+                      "Partition 2": "host-y", "Partition 3": "driver-host"}
+    # (by load and name alone x0 would get partitions 0 and 2)
+    assert owners["x0"] == ["Partition 0", "Partition 1"]
+    assert "Partition 2" in owners["y0"]
+
+
+def test_reported_locations_keep_owned_tasks_with_host_names_only() -> None:
+    stats: dict[str, dict[str, Any]] = {
+        "a": {TASK_HOSTS: {"t1": "h1", "t2": "", "t3": "h" * 256, "t4": None, "t9": "h9"}},
+        "b": {TASK_HOSTS: ["not", "a", "mapping"]}, "c": {}}
+    owners = {"a": ["t1", "t2", "t3", "t4"], "b": ["t5"], "c": ["t6"], "d": ["t7"]}
+    assert reported_locations(owners, stats) == {"t1": "h1"}

@@ -58,6 +58,9 @@ class WorkerConfig:
     # who reads a Kafka batch the source planned: its consumers in Spark's Python workers
     # ("python"), or Spark's own Kafka connector ("jvm", ``worker.jvm_kafka``)
     kafka_reader: str = "python"
+    # a cluster worker whose location was not named (``--location``): each task's
+    # executor host is reported as where the task is (the heartbeat stat ``taskHosts``)
+    task_hosts: bool = False
 
 
 @dataclass(frozen=True)

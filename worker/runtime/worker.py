@@ -215,6 +215,10 @@ class Worker:
             restores = self._states.restores
             stats["stateRestores"] = {t: restores[t] for t in names if t in restores}
             stats["stateBytes"] = self._states.sizes(names)
+            if self.config.task_hosts and isinstance(self._states, ExecutorStates):
+                # where each task's state is: the leader records it as the task's
+                # locality (coordinator.locality.TASK_HOSTS)
+                stats["taskHosts"] = self._states.hosts(names)
         return stats
 
 

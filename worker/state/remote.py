@@ -100,6 +100,7 @@ class ExecutorStates:
         self._fetched: dict[str, tuple[str, dict[tuple[str, int, int], int]]] = {}
         self.restores: dict[str, dict[str, Any]] = {}
         self._sizes: dict[str, int] = {}
+        self._hosts: dict[str, str] = {}  # task -> the host of the executor that ran it last
 
     @property
     def state_dir(self) -> Path:
@@ -138,6 +139,7 @@ class ExecutorStates:
                 self._bases[task] = TaskBase(report.checkpoint_id, report.marker,
                                              committed_marker=self._committed.get(task))
                 self._sizes[task] = report.state_bytes
+                self._hosts[task] = report.host
                 if report.restore != "kept" or task not in self.restores:
                     # the last time the state came from elsewhere (the stats' restores)
                     count = int(self.restores.get(task, {}).get("count", 0)) + 1
@@ -184,6 +186,12 @@ class ExecutorStates:
                 for raw in [c for c in self._reported
                             if CheckpointId.parse(c) <= acknowledged]:
                     del self._reported[raw]
+
+    def hosts(self, tasks: Sequence[str]) -> dict[str, str]:
+        """The host of the executor that ran each task's last batch with state (pinned:
+        where its state is)."""
+        with self._lock:
+            return {t: self._hosts[t] for t in tasks if t in self._hosts}
 
     def sizes(self, tasks: Sequence[str]) -> dict[str, int]:
         """Bytes of each task's last reported snapshot."""
