@@ -4,8 +4,6 @@ worker's."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from examples.enrich_task import process_task
 from examples.running_total import process_task as running_total
 from examples.word_count_batch import process_batch
 from worker.runtime import BatchContext, TaskContext, run_tasks
+from worker.runtime.spark import spark_session
 from worker.state.restore import open_live
 from worker.state.snapshot import snapshot_dir
 from worker.state.store import TaskStore
@@ -25,9 +24,10 @@ from worker.state.store import TaskStore
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python workers: pandas
-    session = (SparkSession.builder.master("local[1]").appName("examples")
-               .config("spark.ui.enabled", "false").getOrCreate())
+    # as a worker makes it: the first session of a test process starts the one JVM
+    # every later one shares (its class path: Spark's Kafka connector, which
+    # tests/worker/test_jvm_kafka.py reads with)
+    session = spark_session("local[1]", "examples")
     yield session
     session.stop()
 
