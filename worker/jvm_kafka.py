@@ -26,8 +26,6 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from worker.plan import sql_string
 from worker.source_plan import split_key
 
-READERS = ("python", "jvm")
-
 #: (topic, partition) -> (from, to, source generation) of a batch's ranges with records
 Planned = dict[tuple[str, int], tuple[int, int, int]]
 

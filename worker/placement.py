@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from worker.jvm_kafka import planned_ranges
 from worker.kafka_source import SCHEMA, KafkaRange, read_range
 from worker.plan import sql_string
-from worker.source_plan import split_key
 
 log = logging.getLogger("coxswain.worker")
 
@@ -88,15 +88,10 @@ def slot_ranges(ranges: Mapping[str, Any], partitions_of: Mapping[int, set[tuple
     """Per slot, the batch's planned ranges (the offset log's ``"topic/p": {"from",
     "to", "g"}``) of the Kafka partitions its tasks read, those with records."""
     found: dict[int, list[KafkaRange]] = {}
-    for key, r in sorted(ranges.items()):
-        start, end = int(r["from"]), int(r["to"])
-        if end <= start:
-            continue
-        topic, partition = split_key(key)
+    for (topic, partition), (start, end, gen) in sorted(planned_ranges({"p": ranges}).items()):
         for slot, wanted in partitions_of.items():
             if (topic, partition) in wanted:
-                found.setdefault(slot, []).append(
-                    KafkaRange(topic, partition, start, end, int(r.get("g") or 0)))
+                found.setdefault(slot, []).append(KafkaRange(topic, partition, start, end, gen))
     return found
 
 
@@ -130,11 +125,6 @@ class Placement:
         # place tasks; a new placement RDD is made by whichever comes first
         self._lock = threading.Lock()
         self.made = 0  # placement RDDs made so far
-
-    @property
-    def slots(self) -> dict[str, int]:
-        """task -> slot, as the last batch ran them."""
-        return dict(self._slots)
 
     def _refreshed(self) -> Any:
         """The placement RDD, made again when executors were added since the last (the
@@ -203,8 +193,3 @@ class Placement:
 
         found: list[R] = anchor.mapPartitionsWithIndex(run_slot).collect()
         return found
-
-    def close(self) -> None:
-        if self._anchor is not None:
-            self._anchor.unpersist()
-            self._anchor = None

@@ -317,8 +317,9 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
                              "--stateful", "--num-standbys", str(standbys))
     blobs = f"file://{tmp_path / 'blobs'}"
 
-    def worker(pid: str) -> Any:
-        return stateful_worker(tmp_path, server, kafka, output, pid, blobs)
+    def worker(pid: str) -> Any:  # w1 reads with Spark's Kafka connector
+        return stateful_worker(tmp_path, server, kafka, output, pid, blobs,
+                               *(["--kafka-reader", "jvm"] if pid == "w1" else []))
 
     workers = {pid: worker(pid) for pid in ("w0", "w1")}
     composed: set[str] = set()

@@ -71,7 +71,7 @@ class Worker:
         # where they share its disk, else its HTTP answer
         self._signals = cut_signals or default_signals(spark, config, self._query)
         reader_group = f"coxswain-reader-{uuid.uuid4().hex[:12]}"  # (--kafka-reader jvm)
-        if config.kafka_reader == "jvm":
+        if config.kafka_reader == "jvm" and self._placement is None:
             quiet_group_warning(spark)
             log.info("Kafka batches are read by Spark's Kafka connector (group %s)",
                      reader_group)
@@ -85,7 +85,9 @@ class Worker:
             self._query.batch_offsets, self._query.limit, self._signals,
             (lambda planned: read_ranges(spark, config.kafka_bootstrap, reader_group,
                                          planned))
-            if config.kafka_reader == "jvm" else None, self._placement)
+            # (pinned tasks read their own ranges: no batch read planned for them)
+            if config.kafka_reader == "jvm" and self._placement is None else None,
+            self._placement)
         self._keeper: StateKeeper | None = None
         self._left = False
 
