@@ -246,6 +246,8 @@ def test_a_stateful_worker_on_a_cluster_master_without_a_blob_store_is_refused()
     (("--api", "task"), "--exactly-once needs --api task and --output-topic"),
     (("--api", "task", "--output-topic", "out", "--spark-master", "spark://127.0.0.1:7077"),
      "--exactly-once runs on a local Spark master only"),
+    (("--api", "task", "--output-topic", "out", "--kafka-reader", "jvm"),
+     "--exactly-once runs with --kafka-reader python only"),
 ])
 def test_exactly_once_combinations_not_supported_are_refused_at_start(
     extra: tuple[str, ...], refusal: str,
