@@ -32,12 +32,34 @@ from service.local.kafka import LocalKafka  # noqa: E402
 from service.local.kinesis import LocalKinesis  # noqa: E402
 from service.local.s3 import CREDENTIALS, LocalS3  # noqa: E402
 from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
-from tests.infra import sigterm  # noqa: E402
+from tests.infra import background, sigterm  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
     sigterm.install()  # a run stopped by SIGTERM still stops what its tests started
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the fast tests first, then the end-to-end ones (each keeping its order): a broken
+    # unit shows within minutes, and the background jobs below run beside the fast
+    # tests, which leave much of the machine idle, not beside the chaos runs' faults
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # self-contained slow work (the container images' build, the demo runs) starts now,
+    # beside the fast tests; its tests check its results (tests/infra/background.py)
+    background.start(session)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("slow") is not None:
+        background.wait(item.config)  # never beside the chaos runs' faults and timings
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background.stop(session)  # a job still running when the run ends (-x, Ctrl-C) stops
 
 
 @pytest.fixture(scope="session")

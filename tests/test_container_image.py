@@ -23,17 +23,15 @@ from typing import Any
 import httpx
 import pytest
 
-from common.paths import cache_dir
 from service.local.kafka import LocalKafka
 from service.local.ports import free_port, stop_process_group, wait_until_answering
+from tests.infra import background
+from tests.infra.images import ImageBuild, remove_images
 from tests.worker.test_end_to_end import Producing, new_topics, read_all
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "localhost/debian:bookworm-slim"  # what FROM debian:bookworm-slim finds locally
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-PIP_CACHE = Path.home() / ".cache" / "pip"
 UID = "10001"
 TOKENS = {"COXSWAIN_WORKER_TOKEN": "worker-token-for-the-image-test-0123456789",
           "COXSWAIN_ADMIN_TOKEN": "admin-token-for-the-image-test-0123456789"}
@@ -46,49 +44,19 @@ def podman(*args: str, timeout_s: float = 120) -> str:
     return result.stdout.strip()
 
 
-def base_image() -> None:
-    """The Debian base, made once (the tar is cached under the git-ignored .cache/)."""
-    if subprocess.run(["podman", "image", "exists", BASE], check=False).returncode == 0:
-        return
-    tar = cache_dir() / "container" / "debian-bookworm-minbase.tar"
-    if not tar.exists():
-        tar.parent.mkdir(parents=True, exist_ok=True)
-        part = tar.with_suffix(".part.tar")
-        subprocess.run(["mmdebstrap", "--variant=minbase", "--quiet", "bookworm", str(part)],
-                       check=True, timeout=900)
-        part.replace(tar)
-    podman("import", str(tar), BASE, timeout_s=300)
-
-
-def build(target: str, tag: str) -> None:
-    ca = ["--build-arg", "CA_BUNDLE=/run/host-ca.crt",
-          "-v", f"{HOST_CA}:/run/host-ca.crt:ro"] if HOST_CA.exists() else []
-    # pip's cache from this machine's own install (./deploy/setup.sh): PySpark's wheel,
-    # built from its 300 MB source there, is used as it is instead of downloaded and
-    # built again. A mount: nothing of it goes into the image
-    cache = ["-v", f"{PIP_CACHE}:/root/.cache/pip"] if PIP_CACHE.is_dir() else []
-    # docker format: an OCI image config has no HEALTHCHECK; no layer cache: the build
-    # leaves only the tagged image behind (about 2 GB of intermediate stages otherwise)
-    podman("build", "--isolation", "chroot", "--pull=never", "--format", "docker",
-           "--layers=false", "--target", target, "-t", tag, *ca, *cache, str(ROOT),
-           timeout_s=1800)
+# built from the run's start, beside the fast tests (tests/infra/background.py)
+IMAGES = ImageBuild().job()
+BACKGROUND_JOBS = [IMAGES]
 
 
 @pytest.fixture(scope="module")
-def images() -> Iterator[dict[str, str]]:
+def images(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     for tool in ("podman", "mmdebstrap", "chroot"):
         assert shutil.which(tool), f"{tool} is missing: ./deploy/setup.sh --dev installs it"
-    base_image()
-    built: dict[str, str] = {}
     try:
-        for target in ("coordinator", "worker"):
-            tag = f"localhost/coxswain-{target}:test"
-            build(target, tag)
-            built[target] = tag
-        yield built
+        yield background.result(request.config, IMAGES)
     finally:
-        for tag in built.values():
-            subprocess.run(["podman", "rmi", "--force", tag], capture_output=True, check=False)
+        remove_images()
 
 
 class RootFs:

@@ -10,19 +10,66 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
+from tests.infra import background
+
 pytestmark = pytest.mark.slow
 
+DEMO_ARGS = ["--stage-seconds", "12", "--rate", "150", "--keys", "500"]
+DEMO_MARK = "COXSWAIN_TEST_DEMO_RUN"  # inherited by every process a demo run starts
 
-def test_demo_scales_while_running_and_stops_everything(tmp_path: object) -> None:
-    before = _children_of_nobody()
-    result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "demo", "--stage-seconds", "12",
-         "--rate", "150", "--keys", "500"],
-        capture_output=True, text=True, timeout=600, check=False)
-    out = result.stdout
+
+@dataclass
+class DemoRun:
+    """A ``coxswain demo`` run to its end, and the processes of it still running right
+    after (checked at once, by a mark in their environment: the run's other tests start
+    and orphan JVMs of their own meanwhile, and pids are reused)."""
+
+    result: subprocess.CompletedProcess[str]
+    left_running: list[str]
+
+
+def run_demo(runner: background.Runner, *args: str) -> DemoRun:
+    mark = f"{DEMO_MARK}={uuid.uuid4().hex}"
+    name, value = mark.split("=")
+    result = runner.run([sys.executable, "-m", "service.cli", "demo", *args], timeout_s=600,
+                        env={**os.environ, name: value})
+    return DemoRun(result, _marked(mark.encode()))
+
+
+def _marked(mark: bytes) -> list[str]:
+    """The live processes (``pid command``) whose environment holds ``mark``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    marked = mark in f.read().split(b"\0")
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marked and not _zombie(int(entry)):
+                found.append(f"{entry} {command[:200]}")
+    return found
+
+
+# each runs its own Kafka, coordinator and workers: run from the start of the test run,
+# beside the fast tests (tests/infra/background.py), and checked here
+DEMO = background.Job("coxswain demo", lambda runner: run_demo(runner, *DEMO_ARGS))
+STATEFUL_DEMO = background.Job("coxswain demo --stateful",
+                               lambda runner: run_demo(runner, "--stateful", *DEMO_ARGS))
+BACKGROUND_JOBS = [DEMO, STATEFUL_DEMO]
+
+
+def test_demo_scales_while_running_and_stops_everything(request: pytest.FixtureRequest,
+                                                       ) -> None:
+    demo: DemoRun = background.result(request.config, DEMO)
+    result, out = demo.result, demo.result.stdout
     assert result.returncode == 0, out[-4000:] + result.stderr[-4000:]
     assert "POST /scale 4" in out and "POST /scale 2" in out
     # 4 partitions x factor over 2 workers: the table shows each stage's split once its
@@ -41,27 +88,23 @@ def test_demo_scales_while_running_and_stops_everything(tmp_path: object) -> Non
     assert "every order processed" in out and "stopped" in out
     pids = [int(p) for p in re.findall(r"started pid (\d+)", out)]
     assert len(pids) >= 4  # Kafka, coordinator, two workers
-    for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}") or _zombie(pid), f"pid {pid} still runs"
-    assert _children_of_nobody() <= before
+    assert demo.left_running == []  # its Kafka, coordinator, workers and their JVMs
 
 
-def test_stateful_demo_splits_and_merges_running_totals_exactly() -> None:
+def test_stateful_demo_splits_and_merges_running_totals_exactly(
+    request: pytest.FixtureRequest,
+) -> None:
     """``demo --stateful``: a running total per customer through 1 -> 4 -> 2; the check
     covers every output record's total and count."""
-    before = _children_of_nobody()
-    result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "demo", "--stateful", "--stage-seconds", "12",
-         "--rate", "150", "--keys", "500"],
-        capture_output=True, text=True, timeout=600, check=False)
-    out = result.stdout
+    demo: DemoRun = background.result(request.config, STATEFUL_DEMO)
+    result, out = demo.result, demo.result.stdout
     assert result.returncode == 0, out[-4000:] + result.stderr[-4000:]
     assert "running totals not exactly their orders': 0" in out, out[-3000:]
     assert "every running total exact" in out
     sizes = re.findall(r"state: [\d.,]+ MB in (\d+) tasks", out)
     assert "16" in sizes, sizes[-5:]  # factor 4 over 4 partitions
     assert re.search(r"TASK\s+PROCESSOR\s+STATE KB\nPartition 0_0_4\s+worker-\d\s+\d", out)
-    assert _children_of_nobody() <= before
+    assert demo.left_running == []
 
 
 def test_sigterm_mid_run_stops_everything_it_started() -> None:

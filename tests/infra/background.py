@@ -1,0 +1,207 @@
+"""Self-contained slow work started as the test run starts, beside the fast tests.
+
+The fast tests run first (``tests/conftest.py``), in one process that leaves much of the
+machine idle: on 2 cores they use about half of it, mostly waiting on services. Work that
+needs no fixture and runs only processes of its own (the container images' build, a
+``coxswain demo`` run) is started then, one job after another in one thread, and the test
+that checks it waits for its result instead of running it. A module declares such work in
+``BACKGROUND_JOBS``; a run starts only the jobs of modules it is to run (after -m/-k
+selection), and stops a job still running when it ends, whatever happened: its process
+group gets SIGTERM, then SIGKILL after a grace, and the job's cleanup runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+GRACE_S = 120.0  # a stopped `coxswain demo` stops its Kafka, coordinator and workers first
+
+
+class Stopped(RuntimeError):
+    """The run ended before the job could start a process."""
+
+
+class Runner:
+    """Runs a job's processes so that the run can stop them: each in its own process
+    group, at most one at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: subprocess.Popen[str] | None = None
+        self._stopping = threading.Event()
+
+    def run(self, argv: list[str], timeout_s: float,
+            **popen: Any) -> subprocess.CompletedProcess[str]:
+        """``argv`` run to its end, its output captured; killed (its whole group) after
+        ``timeout_s``."""
+        with self._lock:
+            if self._stopping.is_set():
+                raise Stopped(f"the test run ended before {argv[0]} started")
+            self._running = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True,
+                                             start_new_session=True, **popen)
+        proc = self._running
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def stop(self) -> bool:
+        """Stop the process running now, if any (SIGTERM to its group, SIGKILL after the
+        grace); no process starts after. True if one was running or ended in failure."""
+        self._stopping.set()
+        with self._lock:
+            proc = self._running
+        if proc is None:
+            return False
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(GRACE_S)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return True
+        return proc.returncode != 0
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(pid, signum)
+
+
+def _nothing_to_discard(interrupted: bool) -> None:
+    """A job whose processes leave nothing behind."""
+
+
+@dataclass
+class Job:
+    """A piece of self-contained work: ``work`` runs its processes through the runner it
+    is given and returns what its test checks. ``discard`` removes what the work made
+    (told whether it was stopped or failed before its end, leaving pieces behind): run
+    for every job when the run ends, and when work run in the test itself fails."""
+
+    name: str
+    work: Callable[[Runner], Any]
+    discard: Callable[[bool], None] = _nothing_to_discard
+
+
+@dataclass
+class _Outcome:
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+
+class Background:
+    """Jobs run one after another in one thread, from ``start()``."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = {job.name: job for job in jobs}
+        self._outcomes = {job.name: _Outcome() for job in jobs}
+        self._runner = Runner()
+        self._thread = threading.Thread(target=self._run_all, name="background-jobs",
+                                        daemon=True)
+        self._closed = False
+
+    def start(self) -> Background:
+        self._thread.start()
+        return self
+
+    def has(self, name: str) -> bool:
+        return name in self.jobs
+
+    def result(self, name: str, timeout_s: float = 3600) -> Any:
+        """The job's result once it is done; the job's error if it failed."""
+        outcome = self._outcomes[name]
+        if not outcome.done.wait(timeout_s):
+            raise TimeoutError(f"background job {name!r} not done within {timeout_s:.0f} s")
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.value
+
+    def wait(self) -> None:
+        """Until every job is done (or stopped)."""
+        self._thread.join()
+
+    def close(self) -> None:
+        """Stop what still runs and discard what every job made. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        stopped = self._runner.stop()
+        self._thread.join(GRACE_S)
+        for name, job in self.jobs.items():
+            outcome = self._outcomes[name]
+            interrupted = not outcome.done.is_set() or outcome.error is not None
+            job.discard(interrupted or stopped)
+
+    def _run_all(self) -> None:
+        for name, job in self.jobs.items():
+            outcome = self._outcomes[name]
+            try:
+                outcome.value = job.work(self._runner)
+            except BaseException as e:  # handed to the test that waits, in the main thread
+                outcome.error = e
+            finally:
+                outcome.done.set()
+
+
+# where the run keeps its background jobs (tests/conftest.py) for the tests that check them
+BACKGROUND = pytest.StashKey[Background]()
+
+
+def start(session: pytest.Session) -> None:
+    """Start the ``BACKGROUND_JOBS`` of every module the run is to run, in run order."""
+    if session.config.option.collectonly:
+        return
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is None or module.__name__ in seen:
+            continue
+        seen.add(module.__name__)
+        jobs.extend(getattr(module, "BACKGROUND_JOBS", ()))
+    if jobs:
+        session.config.stash[BACKGROUND] = Background(jobs).start()
+
+
+def wait(config: pytest.Config) -> None:
+    """Until the run's background jobs are done: the end-to-end tests do not share the
+    machine with them (in a run of those alone, the first waits for the jobs)."""
+    background = config.stash.get(BACKGROUND, None)
+    if background is not None:
+        background.wait()
+
+
+def stop(session: pytest.Session) -> None:
+    background = session.config.stash.get(BACKGROUND, None)
+    if background is not None:
+        background.close()
+
+
+def result(config: pytest.Config, job: Job) -> Any:
+    """What ``job`` gave: from the run's background when it started it there, else run
+    now (a test run on its own, or one the run did not plan for)."""
+    background = config.stash.get(BACKGROUND, None)
+    if background is not None and background.has(job.name):
+        return background.result(job.name)
+    runner = Runner()
+    try:
+        return job.work(runner)
+    except BaseException:
+        runner.stop()
+        job.discard(True)
+        raise
