@@ -69,6 +69,8 @@ from grouping.model import JobModel, SystemStreamPartition
 from grouping.shards import Shard
 
 log = logging.getLogger("coxswain.coordinator")
+# why a new leader regenerates at once: it found no version, or one for other processors
+LEAD_START_REASONS = ("start", "leader_elected")
 #: seconds after a barrier ends before the leader indexes the model for the next change,
 #: unless another version came meanwhile (changes in a row need not wait for it)
 INDEX_WHEN_IDLE_S = 2.0
@@ -132,6 +134,9 @@ class Coordinator:
                                  self.latest_task_names, self._probing.probe_if_warm)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        # set once this replica, leading, has caught up with the store (and regenerated if
+        # the processors had changed): a leader's first decisions come after that look
+        self._lead_started = asyncio.Event()
         self._desired_cache: dict[str, Any] = {}
         # task names the inputs imply, by (inputs, factor, grouper): lags before a model
         self._implied: tuple[tuple[Any, ...], frozenset[str]] | None = None
@@ -178,6 +183,7 @@ class Coordinator:
         self.liveness.grant_full_ttl()
         log.info("acting as leader (epoch %d)", self._leader.epoch,
                  extra={"reason": "leader_elected"})
+        self._lead_started.clear()
         self._schedule("refresh", 0.0, self._lead_start)
 
     async def _lead_start(self) -> None:
@@ -191,6 +197,13 @@ class Coordinator:
         if self._needs_regeneration(self._latest):
             self._trigger("start" if self._latest is None else "leader_elected",
                           debounce=False)
+        else:
+            self._lead_started.set()
+
+    async def lead_started(self) -> None:
+        """Until this replica, as the leader, has looked at the store and made the version
+        that look asked for, if any."""
+        await self._lead_started.wait()
 
     async def _recover_barrier(self) -> None:
         """A version published without its barrier record (by a version of Coxswain that
@@ -439,6 +452,8 @@ class Coordinator:
         reasons, self._pending_reasons = self._pending_reasons, set()
         if reasons:
             await self.rebalance("+".join(sorted(reasons)))
+        if reasons & set(LEAD_START_REASONS):
+            self._lead_started.set()
 
     async def scale(self, elasticity_factor: int, wait_s: float = 10.0) -> int:
         """Set the elasticity factor; the leader generates a version at once. Returns the

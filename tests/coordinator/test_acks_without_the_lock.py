@@ -22,15 +22,18 @@ from tests.coordinator.rebalanced import rebalanced
 
 
 class StallingStore(SqlMetadataStore):
-    """The real SQL store; lease writes wait for ``go`` while ``stall`` is set."""
+    """The real SQL store; lease writes wait for ``go`` while ``stall`` is set, and say
+    so (``stalled``)."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
         self.stall = threading.Event()
+        self.stalled = threading.Event()
         self.go = threading.Event()
 
     def put(self, namespace: str, key: str, value: bytes) -> int:
         if namespace == NAMESPACE and self.stall.is_set():
+            self.stalled.set()
             self.go.wait(10)
         return super().put(namespace, key, value)
 
@@ -49,7 +52,8 @@ async def _scenario(tmp_path: Path) -> tuple[BarrierState, bool, BarrierState, i
         model = await rebalanced(coordinator)
         store.stall.set()
         joining = asyncio.create_task(coordinator.register("p3", "h-p3", None))
-        await asyncio.sleep(0.1)  # it holds the lock, its write stalled
+        # it holds the lock once its write stalls (on a loaded machine, maybe seconds on)
+        assert await asyncio.to_thread(store.stalled.wait, 30)
         first = await asyncio.wait_for(coordinator.ack(model.version, "p1"), 5.0)
         still_joining = not joining.done()
         store.go.set()
