@@ -36,7 +36,7 @@ def test_a_change_cuts_the_batches_in_flight_and_loses_or_repeats_nothing(
 ) -> None:
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
-    producing.send(1500)
+    producing.send(600)
     server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms",
                              "1000", "--elasticity-factor", "2",
                              *(["--stateful"] if stateful else []))
@@ -55,8 +55,13 @@ def test_a_change_cuts_the_batches_in_flight_and_loses_or_repeats_nothing(
     try:
         with server.client() as c:
             for factor in (4, 2):
-                # mid-backlog: both workers in a batch
-                while len(read_all(kafka, output)) < 300:
+                # mid-backlog: seconds of work left for each worker (1200 records of 4 ms
+                # over two), and their batches running on it, so that the change arrives
+                # while both are in a batch. Waiting for a count of output alone did not
+                # say that: once a worker had drained its share, no change cut anything
+                producing.send(1200)
+                base = len(read_all(kafka, output))
+                while len(read_all(kafka, output)) < base + 100:
                     time.sleep(0.5)
                 assert c.post("/scale", json={"elasticityFactor": factor}).status_code == 202
                 for _ in range(4):
