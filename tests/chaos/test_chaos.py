@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def test_a_short_chaos_run_loses_nothing_and_keeps_order(
     kafka: LocalKafka, postgres: PostgresServer, tmp_path: Path,
 ) -> None:
-    config = ChaosConfig(seconds=90, workers=2, rate=60, gap_s=(4.0, 8.0),
+    config = ChaosConfig(seconds=60, workers=2, rate=60, gap_s=(4.0, 8.0),
                          scale_every_s=20, seed=20261123, every_fault_once=True)
     report = run(config, tmp_path, progress=print, kafka=kafka, pg=postgres)
     print("\n".join(report.lines()))
