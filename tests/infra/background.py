@@ -1,7 +1,7 @@
 """Self-contained slow work started as the test run starts, beside the fast tests.
 
 The fast tests run first (``tests/conftest.py``), in one process that leaves much of the
-machine idle: on 2 cores they use about half of it, mostly waiting on services. Work that
+machine idle: on 2 cores they use about a third of it, mostly waiting on services. Work that
 needs no fixture and runs only processes of its own (the container images' build, a
 ``coxswain demo`` run) is started then, one job after another in one thread, and the test
 that checks it waits for its result instead of running it. A module declares such work in
