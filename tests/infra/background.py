@@ -95,6 +95,12 @@ class Job:
     name: str
     work: Callable[[Runner], Any]
     discard: Callable[[bool], None] = _nothing_to_discard
+    #: the names of its module's tests that check it (none: every test of the module)
+    checked_by: tuple[str, ...] = ()
+
+    def wanted_by(self, item: pytest.Item) -> bool:
+        name = getattr(item, "originalname", item.name)
+        return not self.checked_by or name in self.checked_by
 
 
 @dataclass
@@ -163,17 +169,15 @@ BACKGROUND = pytest.StashKey[Background]()
 
 
 def start(session: pytest.Session) -> None:
-    """Start the ``BACKGROUND_JOBS`` of every module the run is to run, in run order."""
+    """Start the ``BACKGROUND_JOBS`` that the tests the run is to run check, in run order."""
     if session.config.option.collectonly:
         return
     jobs: list[Job] = []
-    seen: set[str] = set()
     for item in session.items:
         module = getattr(item, "module", None)
-        if module is None or module.__name__ in seen:
-            continue
-        seen.add(module.__name__)
-        jobs.extend(getattr(module, "BACKGROUND_JOBS", ()))
+        for job in getattr(module, "BACKGROUND_JOBS", ()):
+            if job not in jobs and job.wanted_by(item):
+                jobs.append(job)
     if jobs:
         session.config.stash[BACKGROUND] = Background(jobs).start()
 

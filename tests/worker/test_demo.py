@@ -60,9 +60,11 @@ def _marked(mark: bytes) -> list[str]:
 
 # each runs its own Kafka, coordinator and workers: run from the start of the test run,
 # beside the fast tests (tests/infra/background.py), and checked here
-DEMO = background.Job("coxswain demo", lambda runner: run_demo(runner, *DEMO_ARGS))
-STATEFUL_DEMO = background.Job("coxswain demo --stateful",
-                               lambda runner: run_demo(runner, "--stateful", *DEMO_ARGS))
+DEMO = background.Job("coxswain demo", lambda runner: run_demo(runner, *DEMO_ARGS),
+                      checked_by=("test_demo_scales_while_running_and_stops_everything",))
+STATEFUL_DEMO = background.Job(
+    "coxswain demo --stateful", lambda runner: run_demo(runner, "--stateful", *DEMO_ARGS),
+    checked_by=("test_stateful_demo_splits_and_merges_running_totals_exactly",))
 BACKGROUND_JOBS = [DEMO, STATEFUL_DEMO]
 
 
