@@ -52,6 +52,9 @@ from coordinator.errors import Fenced, StoreUnavailable
 from coordinator.store.metadata import Fence, Versioned
 
 log = logging.getLogger("coxswain.coordinator_stream")
+# errors of a partition this client's metadata does not know yet, not of a broker down
+METADATA_LAGS = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE)
 
 EPOCH = ("_coordinatorStream", "writerEpoch")
 DEFAULT_CHUNK_BYTES = 512 * 1024
@@ -352,11 +355,20 @@ class KafkaMetadataStore:
     def _catch_up(self) -> None:
         """Wait until the tail has applied everything up to the topic's current end."""
         assert self._probe is not None
-        try:
-            _, high = self._probe.get_watermark_offsets(
-                TopicPartition(self.topic, 0), timeout=self._timeout_s)
-        except KafkaException as e:
-            raise StoreUnavailable(f"Kafka unavailable: {e.args[0]}") from e
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                _, high = self._probe.get_watermark_offsets(
+                    TopicPartition(self.topic, 0),
+                    timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except KafkaException as e:
+                # a topic created a moment ago may not be in this client's metadata yet
+                # (seen on a loaded machine): asked again until the timeout
+                if e.args[0].code() in METADATA_LAGS and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                raise StoreUnavailable(f"Kafka unavailable: {e.args[0]}") from e
         deadline = time.monotonic() + self._timeout_s
         with self._applied:
             while self._position < high:
