@@ -78,7 +78,7 @@ def wait_committed(kafka: LocalKafka, topic: str, expected: int,
         for pid, w in workers.items():
             assert w.poll() is None, (tmp / f"{pid}.log").read_text()[-3000:]
         assert time.monotonic() < deadline, f"only {len(records)} of {expected} committed"
-        time.sleep(1)
+        time.sleep(0.5)
 
 
 def check_exactly_once(records: list[dict[str, Any]], producing: Any,

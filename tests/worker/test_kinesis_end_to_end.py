@@ -67,7 +67,7 @@ def wait_all(kafka: LocalKafka, output: str, expected: int, workers: dict[str, A
         assert time.monotonic() < deadline, (
             f"{distinct(kafka, output)} of {expected} processed\n"
             + (tmp / "w0.log").read_text()[-3000:])
-        time.sleep(1)
+        time.sleep(0.5)
 
 
 def shard_ids(client: Any, stream: str, open_only: bool = True) -> list[str]:
