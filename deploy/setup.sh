@@ -27,6 +27,51 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 
+# Steps that need nothing from each other run side by side, each in its own process group
+# with its output kept until it ends (then shown, with its time): the PySpark wheel's build
+# beside pip's other packages, the Maven downloads beside npm's. The first failed step
+# fails the setup; a stopped setup stops them all.
+STEPS=.cache/setup
+mkdir -p "$STEPS"
+step_pids=() step_names=() step_if_failed=()
+stop_steps() {
+    local pid
+    for pid in "${step_pids[@]}"; do
+        kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+    done
+}
+trap stop_steps EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+start_step() {  # $1: name, $2: what its failure means ("" fails the setup), the rest: the command
+    local name=$1 if_failed=$2
+    shift 2
+    echo "==> $name (started)" >&2
+    # setsid: a group of its own (a pip build, Maven's JVM), stopped as one
+    setsid -w bash -c 'started=$SECONDS; "$@"; status=$?
+                       echo "($((SECONDS - started)) s)"; exit $status' step "$@" \
+        > "$STEPS/${#step_pids[@]}.log" 2>&1 &
+    step_pids+=("$!") step_names+=("$name") step_if_failed+=("$if_failed")
+}
+finish_steps() {
+    local i status failed=0
+    for i in "${!step_pids[@]}"; do
+        status=0
+        wait "${step_pids[$i]}" || status=$?
+        if [ "$status" -eq 0 ]; then
+            echo "==> ${step_names[$i]}: done" >&2
+        elif [ -n "${step_if_failed[$i]}" ]; then
+            echo "==> ${step_names[$i]}: failed (exit $status): ${step_if_failed[$i]}" >&2
+        else
+            echo "==> ${step_names[$i]}: FAILED (exit $status)" >&2
+            failed=1
+        fi
+        cat "$STEPS/$i.log" >&2
+    done
+    step_pids=() step_names=() step_if_failed=()
+    return "$failed"
+}
+
 # what an install depends on; a dev install also satisfies a runtime one
 fingerprint() {
     { cat pyproject.toml; "$VENV/bin/python" -VV; echo "$1"; } | sha256sum | cut -d' ' -f1
@@ -45,8 +90,46 @@ install() {  # $1: runtime | worker | dev
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
     # -qq: errors only; setuptools' advisory banner about editable installs of a flat
     # layout (folders named like the packages, which is this project's layout) is noise here
-    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$spec"
+    local pin=
+    [ "$1" != runtime ] && pin=$(pyspark_pin)
+    if [ -n "$pin" ]; then
+        # PySpark is a 450 MB source distribution whose wheel takes about half a minute to
+        # download and build, on one core: it is built beside the install of the other
+        # packages, then installed with the worker's (kept under the cache: the next
+        # install of the same version finds it)
+        local wheels="${COXSWAIN_CACHE_DIR:-.cache}/wheels" rest=.
+        [ "$1" = dev ] && rest='.[kinesis,dev]'
+        mkdir -p "$wheels"
+        if ! ls "$wheels/pyspark-${pin#pyspark==}-"*.whl >/dev/null 2>&1; then
+            # built in a folder of its own, then moved: a stopped build leaves no torn wheel
+            start_step "PySpark's wheel ($pin, beside the other packages)" "" bash -c '
+                building=$(mktemp -d "$2/.building-XXXXXX")
+                trap "rm -rf \"$building\"" EXIT
+                "$0" -m pip wheel -qq --disable-pip-version-check --no-deps "$1" \
+                    -w "$building" && mv "$building"/pyspark-*.whl "$2/"' \
+                "$VENV/bin/python" "$pin" "$wheels"
+        fi
+        "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$rest"
+        if [ "${#step_pids[@]}" -gt 0 ] && ! finish_steps; then
+            echo "==> setup failed" >&2
+            exit 1
+        fi
+        "$VENV/bin/python" -m pip install -qq --disable-pip-version-check \
+            --find-links "$wheels" -e "$spec"
+    else
+        "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$spec"
+    fi
     fingerprint "$1" > "$stamp"
+}
+pyspark_pin() {  # the worker extra's exact PySpark requirement (pyspark==X.Y.Z), if any
+    "$VENV/bin/python" - <<'PY'
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    worker = tomllib.load(f)["project"].get("optional-dependencies", {}).get("worker", [])
+pins = [r.split(";")[0].replace(" ", "") for r in worker]
+print(next((p for p in pins if p.startswith("pyspark==")), ""))
+PY
 }
 
 if [ "${1:-}" = "--dev" ]; then
@@ -77,15 +160,6 @@ if [ "${1:-}" = "--dev" ]; then
                 "${containers[@]}" >/dev/null
         fi
     fi
-    # the Kafka broker's jars from Maven Central, once (cached under .cache/, git-ignored)
-    echo "==> Kafka broker jars (deploy/local/kafka/pom.xml)" >&2
-    "$VENV/bin/python" -c "from service.local.kafka import fetch_jars; print(fetch_jars())" >&2
-    echo "==> Spark Kafka connector jars (deploy/local/spark/pom.xml)" >&2
-    "$VENV/bin/python" -c \
-        "from worker.jars import connector_jars; print(connector_jars()[0].parent)" >&2
-    echo "==> local Kinesis API server (kinesalite, npm)" >&2
-    "$VENV/bin/python" -c \
-        "from service.local.kinesis import install; print(install())" >&2
 elif [ -f "$VENV/.coxswain-install-dev" ] \
         && [ "$(cat "$VENV/.coxswain-install-dev")" = "$(fingerprint dev)" ]; then
     # a dev install has everything
@@ -99,9 +173,29 @@ else
     install runtime
 fi
 
+if [ "${1:-}" = "--dev" ]; then
+    # the Kafka broker's and the Spark Kafka connector's jars from Maven Central, once
+    # (cached under .cache/, git-ignored): one step, as both share Maven's local repository;
+    # kinesalite from npm beside it
+    start_step "Kafka broker jars and Spark Kafka connector jars (deploy/local/*/pom.xml)" \
+        "" "$VENV/bin/python" -c "
+from service.local.kafka import fetch_jars
+from worker.jars import connector_jars
+print(fetch_jars())
+print(connector_jars()[0].parent)"
+    start_step "local Kinesis API server (kinesalite, npm)" \
+        "" "$VENV/bin/python" -c "from service.local.kinesis import install; print(install())"
+    if ! finish_steps; then
+        echo "==> setup failed" >&2
+        exit 1
+    fi
+fi
+
 # the worker JVM's class-data archive, once per Java and PySpark (cached under .cache/jvm):
 # every worker's Spark then starts seconds faster. Only for the installs that asked for
-# the worker: ./deploy/run.sh (the coordinator) never waits for it
+# the worker: ./deploy/run.sh (the coordinator) never waits for it. After the jars: the
+# worker's Spark session it records loads the connector's, which a dev install has fetched
+# by now (and which two processes must not fetch at once: both would write them)
 if { [ "${1:-}" = "--dev" ] || [ "${1:-}" = "--worker" ]; } \
         && "$VENV/bin/python" -c "import pyspark" 2>/dev/null; then
     echo "==> the worker JVM's class archive (python -m worker.runtime.make_class_archive)" >&2

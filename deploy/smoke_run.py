@@ -3,17 +3,22 @@ virtual environment with only the runtime install (no dev extras) serves the coo
 
     python3 deploy/smoke_run.py
 
-Standard library only (it runs before anything is installed). Steps: a new virtual
-environment under ``.cache/smoke-venv``; ``deploy/run.sh`` started in the background on a
-free port with a scratch data dir; ``/healthz``, a registration, a heartbeat and the
+Standard library only (it runs before anything is installed). Steps: a copy of the files
+a fresh clone has (git's tracked and unignored files, as they are in the working tree) in
+a scratch folder, so nothing in the checkout is written and ``.ci/run`` can run this
+beside ``deploy/setup.sh --dev`` (both installs are editable: each writes its
+``coxswain.egg-info`` into the tree it installs from); ``deploy/run.sh`` of that copy
+started in the background on a free port with a scratch data dir, installing into the
+copy's new ``.venv``; ``/healthz``, a registration, a heartbeat and the
 processor's first job model (long poll) answered; the server stopped by pid (SIGTERM, it
 must exit by itself). Then a second start, which must skip the install (the stamp) and
-serve again. Exits non-zero with the server's output when any step fails. ``.ci/run``
-runs it before the test suite.
+serve again. Exits non-zero with the server's output when any step fails; the copy, its
+virtual environment and the data are removed at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / ".cache" / "smoke-venv"
+# never copied when git cannot list the clone's files (a source archive, not a checkout)
+NOT_IN_A_CLONE = (".git", ".venv", ".cache", "coxswain-data", "__pycache__",
+                  ".mypy_cache", ".ruff_cache", "*.egg-info")
 INSTALL_TIMEOUT_S = 900.0  # pip with a cold cache on a slow link; the process is watched too
 STOP_TIMEOUT_S = 20.0
 
@@ -60,16 +67,16 @@ def call(url: str, method: str = "GET", body: object = None, timeout: float = 30
 class Server:
     """``deploy/run.sh`` in the background; its output goes to a log file."""
 
-    def __init__(self, port: int, data_dir: Path, log: Path) -> None:
+    def __init__(self, tree: Path, port: int, data_dir: Path, log: Path) -> None:
         self.port = port
         self.log = log
-        env = {**os.environ, "COXSWAIN_VENV": str(VENV)}
+        env = {k: v for k, v in os.environ.items() if k != "COXSWAIN_VENV"}  # its .venv
         with log.open("wb") as out:
             # run.sh execs `coxswain serve`: this pid is the server's own
             self.proc = subprocess.Popen(
                 ["./deploy/run.sh", "--port", str(port), "--data-dir", str(data_dir)],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL)
+                cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)  # its pip: one group
 
     @property
     def url(self) -> str:
@@ -126,15 +133,37 @@ def first_run(server: Server) -> None:
           f"{tasks} tasks for smoke-1", flush=True)
 
 
-def slim_install_says_what_the_worker_needs() -> None:
+def copy_clone(tree: Path) -> int:
+    """Copies into ``tree`` the files a fresh clone of this checkout has, as they are in
+    the working tree (uncommitted edits included, ignored files not); the number copied."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=False)
+    if listed.returncode != 0:  # not a git checkout: everything but the local state
+        shutil.copytree(ROOT, tree, symlinks=True,
+                        ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE))
+        return sum(1 for f in tree.rglob("*") if f.is_file())
+    copied = 0
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = ROOT / name
+        if not source.is_file():
+            continue  # tracked but deleted in the working tree
+        target = tree / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)  # modes: the scripts run
+        copied += 1
+    return copied
+
+
+def slim_install_says_what_the_worker_needs(venv: Path) -> None:
     """The coordinator's install has no PySpark: ``coxswain worker`` must say how to get
     it, not fail on an import."""
     for heavy in ("pyspark", "pandas", "rocksdict"):
-        found = subprocess.run([str(VENV / "bin" / "python"), "-c", f"import {heavy}"],
+        found = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {heavy}"],
                                capture_output=True, check=False)
         if found.returncode == 0:
             raise SmokeFailed(f"the coordinator's install pulled in {heavy}")
-    worker = subprocess.run([str(VENV / "bin" / "coxswain"), "worker", "--app", "m:f"],
+    worker = subprocess.run([str(venv / "bin" / "coxswain"), "worker", "--app", "m:f"],
                             capture_output=True, text=True, timeout=60, check=False)
     if worker.returncode == 0 or "coxswain[worker]" not in worker.stderr:
         raise SmokeFailed(f"coxswain worker without the worker extra: {worker.stderr[-2000:]}")
@@ -143,23 +172,27 @@ def slim_install_says_what_the_worker_needs() -> None:
 
 
 def main() -> int:
-    shutil.rmtree(VENV, ignore_errors=True)  # clean: only what run.sh installs
+    # stopped (.ci/run stops it when the dev install fails): the servers and the copy go
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     work = Path(tempfile.mkdtemp(prefix="coxswain-smoke-"))
+    tree = work / "coxswain"  # a fresh clone: no venv, only what run.sh installs
     servers: list[Server] = []
     try:
-        server = Server(free_port(), work / "data", work / "first.log")
+        print(f"smoke: {copy_clone(tree)} files of a fresh clone copied to {tree}",
+              flush=True)
+        server = Server(tree, free_port(), work / "data", work / "first.log")
         servers.append(server)
         first_run(server)
         server.stop()
         print("smoke: stopped by pid", flush=True)
-        again = Server(free_port(), work / "data", work / "second.log")
+        again = Server(tree, free_port(), work / "data", work / "second.log")
         servers.append(again)
         took = again.wait_serving(120)
         if "installing coxswain" in again.output():
             raise SmokeFailed("the second start ran pip again although nothing changed")
         again.stop()
         print(f"smoke: restart skipped the install and served after {took:.1f}s", flush=True)
-        slim_install_says_what_the_worker_needs()
+        slim_install_says_what_the_worker_needs(tree / ".venv")
         return 0
     except SmokeFailed as e:
         for s in servers:
@@ -169,7 +202,8 @@ def main() -> int:
     finally:
         for s in servers:
             if s.proc.poll() is None:
-                s.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(s.proc.pid, signal.SIGKILL)  # with a pip still installing
                 s.proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
