@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,12 +67,17 @@ class Runner:
         if proc is None:
             return False
         if proc.poll() is None:
+            deadline = time.monotonic() + GRACE_S
             _signal_group(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(GRACE_S)
             except subprocess.TimeoutExpired:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait()
+            # the leader's end is not its group's: the others got the signal too, but
+            # each ends in its own time (seen: a child still running as the reaped
+            # leader's stop returned, on a loaded machine)
+            _wait_group_gone(proc.pid, deadline)
             return True
         return proc.returncode != 0
 
@@ -79,6 +85,35 @@ class Runner:
 def _signal_group(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
         os.killpg(pid, signum)
+
+
+def _wait_group_gone(pgid: int, deadline: float) -> None:
+    """Until no live process is left in the group (zombies count as gone: their parent
+    is gone too, and it is the reaper's to collect them); SIGKILL at ``deadline``."""
+    killed = False
+    while _live_members(pgid):
+        if time.monotonic() >= deadline:
+            if killed:
+                raise RuntimeError(f"process group {pgid} outlived SIGKILL: "
+                                   f"{_live_members(pgid)}")
+            _signal_group(pgid, signal.SIGKILL)
+            killed, deadline = True, time.monotonic() + 30
+        time.sleep(0.05)
+
+
+def _live_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            members.append(int(entry))
+    return members
 
 
 def _nothing_to_discard(interrupted: bool) -> None:

@@ -53,6 +53,32 @@ def test_a_stop_takes_the_jobs_process_group_along_and_discards_what_it_made() -
     assert result.returncode != 0  # stopped, not finished
 
 
+def test_a_stop_waits_for_a_child_that_takes_its_time_to_end() -> None:
+    # the job's leader ends at once on SIGTERM, its child a second later (as a broker
+    # that logs to a file shuts down: it holds none of the job's pipes, so the leader's
+    # output ends with the leader): the stop returns when the child has ended too
+    def slow_child(runner: Runner) -> Any:
+        return runner.run(["bash", "-c", "bash -c 'exec >/dev/null 2>&1; "
+                           "trap \"sleep 1; exit 0\" TERM; sleep 300 & wait' & wait"],
+                          timeout_s=300)
+
+    background = Background([Job("slow child", slow_child)]).start()
+    try:
+        deadline = time.monotonic() + 30
+        child: list[int] = []
+        while not child and time.monotonic() < deadline:  # its trap is set up then
+            child = [int(p) for p in os.listdir("/proc") if p.isdigit()
+                     and _cmdline(p).startswith("bash -c exec >/dev/null")
+                     and any(_cmdline(c) == "sleep 300" for c in _children(p))]
+            time.sleep(0.1)
+        assert child, "the job's process never started its child"
+        started = time.monotonic()
+    finally:
+        background.close()
+    assert time.monotonic() - started >= 0.9  # it waited for the child's second
+    assert not os.path.exists(f"/proc/{child[0]}") or _state(child[0]) == "Z"
+
+
 def test_jobs_start_only_for_the_tests_that_check_them() -> None:
     job = Job("demo", lambda runner: None, checked_by=("test_demo",))
     whole_module = Job("images", lambda runner: None)
@@ -70,6 +96,14 @@ def _cmdline(pid: str) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def _children(pid: str) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return f.read().split()
+    except OSError:
+        return []
 
 
 def _state(pid: int) -> str:
