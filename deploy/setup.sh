@@ -31,7 +31,8 @@ fi
 # with its output kept until it ends (then shown, with its time): the PySpark wheel's build
 # beside pip's other packages, the Maven downloads beside npm's. The first failed step
 # fails the setup; a stopped setup stops them all.
-STEPS=.cache/setup
+CACHE=${COXSWAIN_CACHE_DIR:-.cache}  # where service.local and worker.jars keep theirs too
+STEPS=$CACHE/setup
 mkdir -p "$STEPS"
 step_pids=() step_names=() step_if_failed=()
 stop_steps() {
@@ -53,7 +54,7 @@ start_step() {  # $1: name, $2: what its failure means ("" fails the setup), the
         > "$STEPS/${#step_pids[@]}.log" 2>&1 &
     step_pids+=("$!") step_names+=("$name") step_if_failed+=("$if_failed")
 }
-finish_steps() {
+finish_steps() {  # waits for every step; fails the setup if a needed one failed
     local i status failed=0
     for i in "${!step_pids[@]}"; do
         status=0
@@ -69,7 +70,10 @@ finish_steps() {
         cat "$STEPS/$i.log" >&2
     done
     step_pids=() step_names=() step_if_failed=()
-    return "$failed"
+    if [ "$failed" -ne 0 ]; then
+        echo "==> setup failed" >&2
+        exit 1
+    fi
 }
 
 # what an install depends on; a dev install also satisfies a runtime one
@@ -97,7 +101,7 @@ install() {  # $1: runtime | worker | dev
         # download and build, on one core: it is built beside the install of the other
         # packages, then installed with the worker's (kept under the cache: the next
         # install of the same version finds it)
-        local wheels="${COXSWAIN_CACHE_DIR:-.cache}/wheels" rest=.
+        local wheels=$CACHE/wheels rest=.
         [ "$1" = dev ] && rest='.[kinesis,dev]'
         mkdir -p "$wheels"
         if ! ls "$wheels/pyspark-${pin#pyspark==}-"*.whl >/dev/null 2>&1; then
@@ -110,10 +114,7 @@ install() {  # $1: runtime | worker | dev
                 "$VENV/bin/python" "$pin" "$wheels"
         fi
         "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$rest"
-        if [ "${#step_pids[@]}" -gt 0 ] && ! finish_steps; then
-            echo "==> setup failed" >&2
-            exit 1
-        fi
+        finish_steps
         "$VENV/bin/python" -m pip install -qq --disable-pip-version-check \
             --find-links "$wheels" -e "$spec"
     else
@@ -185,10 +186,7 @@ print(fetch_jars())
 print(connector_jars()[0].parent)"
     start_step "local Kinesis API server (kinesalite, npm)" \
         "" "$VENV/bin/python" -c "from service.local.kinesis import install; print(install())"
-    if ! finish_steps; then
-        echo "==> setup failed" >&2
-        exit 1
-    fi
+    finish_steps
 fi
 
 # the worker JVM's class-data archive, once per Java and PySpark (cached under .cache/jvm):

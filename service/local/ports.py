@@ -110,11 +110,11 @@ def kill_process_group(pgid: int, timeout_s: float = 10.0) -> None:
     except ProcessLookupError:
         return  # nobody left in the group
     deadline = time.monotonic() + timeout_s
-    while _group_members(pgid) and time.monotonic() < deadline:
+    while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of group ``pgid``, from /proc."""
     found = []
     for entry in os.listdir("/proc"):

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from service.local.ports import group_members, kill_process_group
+
 GRACE_S = 120.0  # a stopped `coxswain demo` stops its Kafka, coordinator and workers first
 
 
@@ -90,30 +92,11 @@ def _signal_group(pid: int, signum: int) -> None:
 def _wait_group_gone(pgid: int, deadline: float) -> None:
     """Until no live process is left in the group (zombies count as gone: their parent
     is gone too, and it is the reaper's to collect them); SIGKILL at ``deadline``."""
-    killed = False
-    while _live_members(pgid):
-        if time.monotonic() >= deadline:
-            if killed:
-                raise RuntimeError(f"process group {pgid} outlived SIGKILL: "
-                                   f"{_live_members(pgid)}")
-            _signal_group(pgid, signal.SIGKILL)
-            killed, deadline = True, time.monotonic() + 30
+    while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def _live_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended while we looked
-        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
-            members.append(int(entry))
-    return members
+    kill_process_group(pgid)  # nothing left: nothing to do; else SIGKILL, waited for
+    if left := group_members(pgid):
+        raise RuntimeError(f"process group {pgid} outlived SIGKILL: {left}")
 
 
 def _nothing_to_discard(interrupted: bool) -> None:
