@@ -55,6 +55,7 @@ import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import DEFAULT_KEY_HASH
 from service.local.kafka import LocalKafka
 from service.local.kinesis import CREDENTIALS, LocalKinesis
 from service.local.kinesis import client as kinesis_client
@@ -144,7 +145,7 @@ class Rig:
 
 
 def produce(kafka: LocalKafka, topic: str, n: int, keys: int = 2000) -> None:
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+    p = Producer({"bootstrap.servers": kafka.bootstrap,
                   "linger.ms": 20, "log_level": 2})
     seq: dict[str, int] = {}
     for i in range(n):
@@ -159,7 +160,7 @@ def produce(kafka: LocalKafka, topic: str, n: int, keys: int = 2000) -> None:
 def feeder(kafka: LocalKafka, topic: str, rate: float, stop: threading.Event,
            sent: list[int]) -> None:
     """Records at ``rate``/s until ``stop``; ``sent[0]``: how many so far."""
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+    p = Producer({"bootstrap.servers": kafka.bootstrap,
                   "log_level": 2})
     while not stop.wait(0.1):
         for _ in range(max(1, int(rate / 10))):
@@ -306,12 +307,12 @@ def scenario(kind: str, tree: Path, kafka: LocalKafka, root: Path, saturated: bo
 
 
 def fat_keys(factor: int = 2) -> list[str]:
-    """``FAT_KEYS`` keys of key bucket 0 under ``factor`` (all in ``FAT_TASK`` when
-    written to partition 0)."""
+    """``FAT_KEYS`` keys of key bucket 0 under ``factor`` and a new job's key hash (all in
+    ``FAT_TASK`` when written to partition 0)."""
     found: list[str] = []
     i = 0
     while len(found) < FAT_KEYS:
-        if key_bucket(f"fat-{i}".encode(), 0, factor) == 0:
+        if key_bucket(f"fat-{i}".encode(), 0, factor, DEFAULT_KEY_HASH) == 0:
             found.append(f"fat-{i}")
         i += 1
     return found

@@ -81,7 +81,7 @@ class Keyed:
 
     def __init__(self, kafka: LocalKafka, topic: str, keys: int) -> None:
         self._p = Producer({"bootstrap.servers": kafka.bootstrap, "log_level": 2,
-                            "partitioner": "murmur2_random", "linger.ms": 20})
+                            "linger.ms": 20})
         self._topic, self._keys = topic, keys
         self._seq: dict[int, int] = defaultdict(int)
         self.total = 0

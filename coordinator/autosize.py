@@ -34,6 +34,10 @@ class Sample:
     busy: float  # 0..1: mean share of the trigger interval spent in batches
     processors: int
     factor: int
+    # key buckets that get no records though their partitions do, and buckets carrying
+    # most of their partition (``coordinator.bucket_signals``): more tasks would not help
+    empty_buckets: int = 0
+    hot_buckets: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,19 @@ def _power_of_two_at_least(x: float) -> int:
     return 1 if x <= 1 else 2 ** math.ceil(math.log2(x))
 
 
+def _skewed(latest: Sample) -> str:
+    why = []
+    if latest.empty_buckets:
+        why.append(f"{latest.empty_buckets} key buckets get no records though their "
+                   "partitions do (the key hash is correlated with the producer's "
+                   "partitioner, or too few distinct keys)")
+    if latest.hot_buckets:
+        why.append(f"{latest.hot_buckets} key buckets carry most of their partition (a hot "
+                   "key)")
+    return ("scaling up would not help: " + " and ".join(why)
+            + "; see /status keyBuckets")
+
+
 def recommend(samples: Sequence[Sample], policy: Policy) -> Recommendation:
     """The recommendation for the latest sample's job, from the window ending there."""
     if not samples:
@@ -111,6 +128,10 @@ def recommend(samples: Sequence[Sample], policy: Policy) -> Recommendation:
     # a batch's records/s understates capacity while processors idle between triggers:
     # below saturation the job keeps up by definition, unless the backlog grows
     saturated = busy >= policy.saturated
+    if (growing or (saturated and ratio > 1)) and (latest.empty_buckets or latest.hot_buckets):
+        return Recommendation(current, latest.processors, True, "keep: " + _skewed(latest)
+                              + f"; the job needs {need:,.0f} records/s against a capacity of "
+                              f"{capacity:,.0f}", figures)
     if growing or (saturated and ratio > 1):
         step = _power_of_two_at_least(max(ratio, 2.0))
         factor = min(policy.max_factor, current * step)

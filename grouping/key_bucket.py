@@ -1,16 +1,16 @@
 """The key-bucket function (part of the wire contract) and elasticity-factor arithmetic.
 
-A record's key bucket under elasticity factor F is ``crc32(key) mod F`` with the unsigned
-CRC-32 of zlib (and of Spark SQL's ``crc32``); a record with a null key uses ``offset mod F``.
+A record's key bucket under elasticity factor F is ``h(key) mod F`` with the job's key
+hash ``h`` (``grouping.key_hash``: ``xxhash64`` for new jobs, ``crc32`` for jobs made before
+the choice existed); a record with a null key uses ``offset mod F``.
 F is a power of two, so bucket b under F splits into b and b + F under 2F and merges back:
 ``bucket(x, 2F) mod F == bucket(x, F)`` for every record x.
 """
 
 from __future__ import annotations
 
-import zlib
-
 from grouping.errors import InvalidElasticityFactor
+from grouping.key_hash import KeyHash, hasher
 
 #: Largest elasticity factor accepted unless a deployment configures another maximum.
 DEFAULT_MAX_ELASTICITY_FACTOR = 64
@@ -44,15 +44,16 @@ def validate_elasticity_factor(
     return factor
 
 
-def key_bucket(key: bytes | None, offset: int, factor: int) -> int:
-    """The key bucket of a record under elasticity ``factor`` (a power of two).
+def key_bucket(key: bytes | None, offset: int, factor: int, key_hash: KeyHash) -> int:
+    """The key bucket of a record under elasticity ``factor`` (a power of two) and the
+    job's ``key_hash``.
 
     ``key`` is the record key's bytes exactly as stored in the input (no deserialization);
     a null key falls back to the record's ``offset``.
     """
     if key is None:
         return offset & (factor - 1)
-    return zlib.crc32(key) & (factor - 1)
+    return hasher(key_hash)(key) & (factor - 1)
 
 
 def split_buckets(bucket: int, factor: int) -> tuple[int, int]:

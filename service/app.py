@@ -36,6 +36,7 @@ from grouping.assignment import AssignmentParams
 from grouping.model import JobModel
 from grouping.shards import Shard
 from service.autosizer import Autosizer, sample_of
+from service.bucket_watch import BucketWatch
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
@@ -90,6 +91,7 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
         ),
         keep_job_models=settings.keep_job_models,
         reset_policy=settings.reset_policy,
+        key_hash=settings.key_hash,
     )
 
 
@@ -239,21 +241,27 @@ def create_app(settings: Settings, clock: Clock | None = None,
                 render(model)  # the answers' JSON, off the event loop
                 heap.settled()  # and the collector off the new model
 
+            checkpoints = SqlCheckpointStore(engine)
             coordinator = Coordinator(config, store, leader, clock, metrics, prepare=prepare,
-                                      generation_scope=heap.generating)
+                                      generation_scope=heap.generating,
+                                      hash_dependent_entries=checkpoints.hash_dependent_entries)
             app.state.settings = settings
             app.state.metadata_store = store
-            app.state.checkpoints = SqlCheckpointStore(engine)
+            app.state.checkpoints = checkpoints
             app.state.metrics = metrics
             app.state.coordinator = coordinator
             metrics.export_task_lags(coordinator.membership.task_lags)
             metrics.export_state_restores(coordinator.membership.stats,
                                           coordinator.latest_task_names)
             app.state.clock = clock
+            buckets = BucketWatch(coordinator.membership.stats, coordinator.elasticity_factor,
+                                  metrics.key_buckets, settings.bucket_signal_min_records)
+            app.state.bucket_watch = buckets
             sizer = Autosizer(
                 lambda: sample_of(coordinator.membership.stats(),
                                   len(coordinator.membership.live()),
-                                  coordinator.elasticity_factor(), time.monotonic()),
+                                  coordinator.elasticity_factor(), time.monotonic(),
+                                  buckets.check()),
                 Policy(max_factor=settings.max_elasticity_factor,
                        window_s=settings.autosize_window_ms / 1000,
                        min_span_s=settings.autosize_window_ms / 3000),

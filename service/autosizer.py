@@ -13,14 +13,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from coordinator.autosize import Policy, Recommendation, Sample, recommend
+from coordinator.bucket_signals import BucketSignals
 
 log = logging.getLogger("coxswain.autosize")
 DEFAULT_TRIGGER_S = 0.5  # a worker's trigger interval when its stats do not say
 
 
 def sample_of(stats: Mapping[str, Mapping[str, Any]], processors: int, factor: int,
-              at: float) -> Sample:
-    """A sample from each processor's last heartbeat stats."""
+              at: float, buckets: BucketSignals | None = None) -> Sample:
+    """A sample from each processor's last heartbeat stats (and the bucket signals
+    judged from them)."""
     backlog = capacity = consumed = busy_sum = 0.0
     reporting = 0
     for s in stats.values():
@@ -41,8 +43,10 @@ def sample_of(stats: Mapping[str, Mapping[str, Any]], processors: int, factor: i
         capacity += rate
         consumed += rate * busy
         busy_sum += busy
+    empty = sum(len(e["emptyBuckets"]) for e in buckets.empty) if buckets else 0
     return Sample(at, int(backlog), capacity, consumed,
-                  busy_sum / reporting if reporting else 0.0, processors, factor)
+                  busy_sum / reporting if reporting else 0.0, processors, factor,
+                  empty, len(buckets.hot) if buckets else 0)
 
 
 def _number(value: object) -> float:

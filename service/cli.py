@@ -67,6 +67,14 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--balance-factor", {"type": int, "help": "allowed max-min task difference (1)"}),
     ("--reset-policy", {"choices": ["earliest", "latest"],
                         "help": "where key spaces without checkpoints start"}),
+    ("--bucket-signal-min-records", {"type": int, "help": "judge a partition's empty and "
+                                                          "hot key buckets once this many "
+                                                          "of its records were sampled "
+                                                          "(1000)"}),
+    ("--key-hash", {"choices": ["xxhash64", "crc32"],
+                    "help": "the hash of a record key's bucket (default: the job's own; "
+                            "xxhash64 for a new job). A job keeps its function: a change "
+                            "is refused while key-bucket checkpoints depend on it"}),
     ("--max-body-bytes", {"type": int, "help": "request body limit (8 MiB)"}),
     ("--max-wait-ms", {"type": int, "help": "longest long poll a client may ask for (60000)"}),
     ("--body-timeout-ms", {"type": int, "help": "408 for a request body slower than this "
@@ -503,6 +511,7 @@ def _worker(args: argparse.Namespace) -> None:
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
         executor_state_dir=args.executor_state_dir, exactly_once=exactly_once,
         kafka_reader=args.kafka_reader,
+        bucket_sample_interval_s=args.bucket_sample_interval_ms / 1000,
         task_hosts=not is_local_master(args.spark_master) and not args.location)
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
@@ -712,6 +721,10 @@ def parser() -> argparse.ArgumentParser:
                         "handover waits for the batch in flight)")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
+    w.add_argument("--bucket-sample-interval-ms", type=int, default=10_000,
+                   help="count one batch's records per key bucket this often (one small "
+                        "Spark job), for the coordinator's empty- and hot-bucket signals "
+                        "(0: never)")
     w.add_argument("--stateful", action="store_true",
                    help="process_task keeps per-key state (ctx.state) in RocksDB under "
                         "--state-dir, backed up to --blob-store and restored where tasks go")

@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinator.bucket_signals import BucketSignals
+
 TaskLags = Callable[[], Mapping[str, Mapping[str, int]]]
 Stats = Callable[[], Mapping[str, Mapping[str, Any]]]
 KnownTasks = Callable[[], AbstractSet[str]]
@@ -49,6 +51,18 @@ class Metrics:
         self.recommended_processors = Gauge(
             "coxswain_recommended_processors",
             "The autosizer's recommended processor count (GET /autosize)", registry=r)
+        self.empty_key_buckets = Gauge(
+            "coxswain_empty_key_buckets",
+            "Key buckets with no records though their partition had enough to judge "
+            "(GET /status keyBuckets)", registry=r)
+        self.hot_key_buckets = Gauge(
+            "coxswain_hot_key_buckets",
+            "Key buckets carrying most of their partition's records (a hot key)", registry=r)
+
+    def key_buckets(self, signals: BucketSignals) -> None:
+        """The latest empty- and hot-bucket signals."""
+        self.empty_key_buckets.set(sum(len(e["emptyBuckets"]) for e in signals.empty))
+        self.hot_key_buckets.set(len(signals.hot))
 
     def recommended(self, factor: int, processors: int) -> None:
         """The autosizer's latest decided recommendation."""

@@ -287,6 +287,7 @@ class ScaleView(Response):
     max_elasticity_factor: int
     live_processors: int
     task_count: int
+    key_hash: str  # the job's key-bucket hash (grouping.key_hash)
 
 
 class ScaleAccepted(Response):

@@ -27,6 +27,7 @@ from pydantic_settings import (
 from checkpoint.model import ResetPolicy
 from grouping.groupers import GROUPERS
 from grouping.key_bucket import is_power_of_two
+from grouping.key_hash import KeyHash
 from grouping.model import SystemStreamPartition
 
 KINESIS = "kinesis"  # the system name of Kinesis inputs (kinesis.STREAM)
@@ -108,6 +109,12 @@ class Settings(BaseSettings):
     balance_factor: int = Field(1, ge=1)
     keep_job_models: int = Field(10, ge=2)
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
+    bucket_signal_min_records: int = Field(
+        1000, ge=1, description="a partition's sampled records from which its empty and hot "
+                                "key buckets are judged")
+    key_hash: KeyHash | None = Field(
+        None, description="the key-bucket hash (xxhash64, crc32); unset: the job's own, "
+                          "xxhash64 for a new job")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_wait_ms: int = Field(60_000, ge=0, description="upper bound of a long poll")
     body_timeout_ms: int = Field(30_000, ge=100, description="a request body arriving slower "

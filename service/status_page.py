@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from checkpoint.model import BucketKey
 from coordinator.autosize import Recommendation
+from coordinator.bucket_signals import BucketSignals
 from coordinator.lifecycle import Coordinator
 
 MAX_PARTITION_ROWS = 200
@@ -28,6 +29,7 @@ class PageInputs:
     entries: Mapping[BucketKey, int]
     recommendation: Recommendation
     now: float  # the coordinator clock's wall time
+    buckets: BucketSignals | None = None  # empty and hot key buckets
 
 
 def templates() -> Environment:
@@ -82,6 +84,13 @@ def view(inputs: PageInputs) -> dict[str, Any]:
                     "participants": len(barrier.participants) if barrier else 0,
                     "waitingFor": sorted(barrier.silent) if barrier else []},
         "factor": c.elasticity_factor(), "inputs": len(c.inputs),
+        "keyHash": c.key_hash().value,
+        "buckets": None if inputs.buckets is None else {
+            "empty": [f"{e['stream']}[{e['partition']}]: {e['emptyBuckets']}"
+                      for e in inputs.buckets.empty][:MAX_PARTITION_ROWS],
+            "hot": [f"{h['stream']}[{h['partition']}] bucket {h['keyBucket']} "
+                    f"({h['share']:.0%})" for h in inputs.buckets.hot][:MAX_PARTITION_ROWS],
+            "advice": inputs.buckets.advice()},
         "tasks": sum(len(x.active_tasks) for x in latest.containers.values()) if latest else 0,
         "processors": processors,
         "rebalances": [{"version": x.version, "reason": x.reason,

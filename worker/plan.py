@@ -5,7 +5,8 @@ model version: pure functions from the API's JSON to Spark options and SQL.
 * ``startingOffsets``: per partition, the smallest resolved start of its buckets (a
   bucket that got further skips the difference through its watermark).
 * the key-bucket column, computed in Spark SQL exactly like ``grouping.key_bucket``:
-  ``crc32(key) mod F``, a null key by ``offset mod F`` (F a power of two, so ``pmod``).
+  ``h(key) mod F`` with the job's key hash ``h`` (``config.keyHash``: Spark's ``xxhash64``
+  or ``crc32``), a null key by ``offset mod F`` (F a power of two, so ``pmod``).
 * a filter, evaluated in the JVM before any Python sees a row: records of buckets this
   worker does not own, records of a bucket below that bucket's own start, and records
   below a sub-bucket's skip watermark, are dropped.
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.model import MAX_OFFSET_DIGITS
+from grouping.key_hash import LEGACY_KEY_HASH, KeyHash, key_hash_of, spark_sql
 
 EARLIEST, LATEST = -2, -1  # Spark's startingOffsets codes
 
@@ -72,6 +74,8 @@ class QueryPlan:
     waiting: tuple[str, ...] = field(default=())
     #: Kinesis: each shard's ending sequence number, when the job model's lineage has it
     endings: tuple[tuple[str, int, int], ...] = field(default=())
+    #: the job's key hash (``config.keyHash``; models without it: crc32)
+    key_hash: KeyHash = LEGACY_KEY_HASH
 
     def _offset(self) -> str:
         return "offsetKey" if self.system == "kinesis" else "offset"
@@ -112,10 +116,11 @@ class QueryPlan:
     def bucket_expr(self, factor: int | None = None) -> str:
         """Spark SQL for a record's key bucket under ``factor`` (default: the model's)."""
         f = factor or self.factor
+        hashed = spark_sql(self.key_hash)
         if self.system == "kinesis":  # every record has a partition key (markers: none)
-            return f"pmod(crc32(key), {f})"
+            return f"pmod({hashed}, {f})"
         return (f"CASE WHEN key IS NULL THEN pmod(offset, {f}) "
-                f"ELSE pmod(crc32(key), {f}) END")
+                f"ELSE pmod({hashed}, {f}) END")
 
     def filter_sql(self) -> str:
         """Spark SQL keeping only owned buckets, each from its own start (the partition is
@@ -213,7 +218,7 @@ def plan_query(model: Mapping[str, Any], processor_id: str,
     ended = {(stream, p): e + 1 for stream, p, e in endings}
     starts = [s for s in starts if s.start < ended.get((s.topic, s.partition), s.start + 1)]
     return QueryPlan(int(model["version"]), factor, tuple(starts), tuple(skips), system,
-                     tuple(waiting), endings)
+                     tuple(waiting), endings, key_hash_of(model["config"]))
 
 
 def ssp_key(ssp: Mapping[str, Any]) -> tuple[str, int, int]:

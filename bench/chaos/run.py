@@ -71,7 +71,7 @@ class KeyedProducer:
 
     def __init__(self, bootstrap: str, topic: str, keys: int, rate: float) -> None:
         self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 2,
-                            "enable.idempotence": True, "partitioner": "murmur2_random"})
+                            "enable.idempotence": True})
         self._topic, self._keys, self._rate = topic, keys, rate
         self.seq: dict[str, int] = defaultdict(int)
         self.total = 0

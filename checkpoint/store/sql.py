@@ -33,6 +33,7 @@ from sqlalchemy import (
     Text,
     and_,
     delete,
+    func,
     select,
     tuple_,
 )
@@ -291,6 +292,13 @@ class SqlCheckpointStore:
             else:
                 stale.append(name)
         return current, tuple(sorted(stale))
+
+    def hash_dependent_entries(self) -> int:
+        """How many entries depend on the job's key hash: offsets and state holders of
+        key buckets under a factor above 1 (under factor 1 a bucket holds every key)."""
+        with self._connect() as conn:
+            return sum(int(conn.execute(select(func.count()).select_from(t).where(
+                t.c.factor > 1)).scalar_one()) for t in (checkpoint_entries, task_key_spaces))
 
     def reset(self, partition: SystemStreamPartition, offset: int | ResetPolicy) -> None:
         """Forget every entry of ``partition`` and start it at ``offset`` (admin only:

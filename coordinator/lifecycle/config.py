@@ -8,6 +8,7 @@ from typing import Protocol
 from checkpoint.model import ResetPolicy
 from grouping.assignment import AssignmentParams
 from grouping.key_bucket import DEFAULT_MAX_ELASTICITY_FACTOR
+from grouping.key_hash import KeyHash
 from grouping.model import SystemStreamPartition
 
 
@@ -46,6 +47,9 @@ class CoordinatorConfig:
     # need not read the store (1000 leases every second, merged under the lock)
     sole_replica: bool = False
     reset_policy: ResetPolicy = ResetPolicy.EARLIEST
+    # the key-bucket hash this replica was started with; None: the job's own (a new job's:
+    # grouping.key_hash.DEFAULT_KEY_HASH). See coordinator.lifecycle.job_key_hash.
+    key_hash: KeyHash | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from coordinator.lifecycle.config import (
 )
 from coordinator.lifecycle.fencing import CommitFence
 from coordinator.lifecycle.inputs import JobInputs
+from coordinator.lifecycle.job_key_hash import choose_key_hash
 from coordinator.lifecycle.liveness import Liveness
 from coordinator.lifecycle.probing import Probing
 from coordinator.lifecycle.waiters import ChangeSignal
@@ -65,6 +66,8 @@ from grouping.generation import GeneratedJobModel
 from grouping.groupers import group_tasks, grouper_by_name
 from grouping.incremental import JobModelGenerator
 from grouping.key_bucket import validate_elasticity_factor
+from grouping.key_hash import CONFIG_KEY as KEY_HASH
+from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash, key_hash_of, parse_key_hash
 from grouping.model import JobModel, SystemStreamPartition
 from grouping.shards import Shard
 
@@ -89,12 +92,15 @@ class Coordinator:
         observer: LifecycleObserver | None = None,
         prepare: Callable[[JobModel], object] | None = None,
         generation_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
+        hash_dependent_entries: Callable[[], int] = lambda: 0,
     ) -> None:
         """``prepare`` runs on each new job model in a worker thread before it is published
         (the service renders its JSON there), so waiters woken by the publication are
         answered at once instead of queueing behind megabytes of rendering.
         ``generation_scope()`` is entered around each generation and its ``prepare`` (the
-        service keeps the garbage collector off the new model there)."""
+        service keeps the garbage collector off the new model there).
+        ``hash_dependent_entries()`` counts the checkpoint entries that depend on the job's
+        key hash (read at start, when the configured hash differs from the job's)."""
         self.config = config
         self._prepare = prepare
         self._generation_scope = generation_scope
@@ -138,6 +144,8 @@ class Coordinator:
         # the processors had changed): a leader's first decisions come after that look
         self._lead_started = asyncio.Event()
         self._desired_cache: dict[str, Any] = {}
+        self._hash_dependent_entries = hash_dependent_entries
+        self._key_hash = config.key_hash or DEFAULT_KEY_HASH  # decided in _load
         # task names the inputs imply, by (inputs, factor, grouper): lags before a model
         self._implied: tuple[tuple[Any, ...], frozenset[str]] | None = None
 
@@ -291,7 +299,8 @@ class Coordinator:
                     self._active = model
             self._notify()
         if self._leader.is_leader() and self._latest is not None \
-                and self._latest.elasticity_factor != self.elasticity_factor():
+                and (self._latest.elasticity_factor != self.elasticity_factor()
+                     or key_hash_of(self._latest.config) != self.key_hash()):
             self._trigger("scale", debounce=False)
 
     def _barrier_watch(self, version: int) -> Callable[[], bool | None]:
@@ -313,10 +322,23 @@ class Coordinator:
         self._desired_cache = self._desired.read()
         self._known_locality = self._locality.read()
         latest = self._models.latest()
+        model = self._models.load(latest[0]) if latest is not None else None
+        # before anything is served: a refused change stops the start, nothing written
+        self._key_hash = choose_key_hash(self._desired_cache,
+                                         model.config if model is not None else None,
+                                         self.config.key_hash, self._hash_dependent_entries)
+        if self._desired_cache.get(KEY_HASH) != self._key_hash.value:
+            log.info("job key hash: %s", self._key_hash.value)
+        if self._key_hash is KeyHash.CRC32:
+            log.warning("this job's key buckets use crc32, the hash of librdkafka's default "
+                        "partitioner: with an even partition count half or more of the "
+                        "buckets of a confluent-kafka producer's topic stay empty (see "
+                        "/status emptyBuckets); a new job uses xxhash64")
+            self._desired_cache = self._desired.update(**{KEY_HASH: self._key_hash.value})
         if latest is None:
             return
         version, self._pointer = latest
-        self._latest = self._models.load(version)
+        self._latest = model
         self._inputs.adopt(self._latest)
         self._barrier = self._barriers.load(version)
         active = self._models.active_version()
@@ -364,6 +386,12 @@ class Coordinator:
         """The factor the next version will be generated with (the operator's last
         ``/scale``, as this replica last read it from the store)."""
         return int(self._desired_cache.get("elasticityFactor", self.config.elasticity_factor))
+
+    def key_hash(self) -> KeyHash:
+        """The job's key-bucket hash, which every version carries (``config.keyHash``):
+        decided at start (``job_key_hash``), or another replica's since (the store's)."""
+        found = self._desired_cache.get(KEY_HASH)
+        return self._key_hash if found is None else parse_key_hash(found)
 
     def probing_wanted(self) -> bool:
         """True while the assignment asks for probing rebalances."""
@@ -497,6 +525,7 @@ class Coordinator:
             return bool(live)
         return bool(live) and (
             model.elasticity_factor != self.elasticity_factor()
+            or key_hash_of(model.config) != self.key_hash()
             or model.ssp_grouper != self.config.grouper
             or set(model.containers) != live
             or self._inputs.grouped_differently(model)
@@ -526,8 +555,9 @@ class Coordinator:
             inputs = self._inputs.partitions
             extra = self._inputs.job_config()
             fenced = fenced_processors(self.active, previous, processors)
+        extra = {**(extra or {}), KEY_HASH: self.key_hash().value}
         if fenced:  # exactly-once output: who the participants fence before acking
-            extra = {**(extra or {}), FENCED: fenced}
+            extra = {**extra, FENCED: fenced}
         version = (previous.version if previous is not None else 0) + 1
         started = time.perf_counter()
         def generate() -> GeneratedJobModel:

@@ -71,12 +71,11 @@ def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
                    count: int | None = None, seed: int = 7) -> int:
     """Produce keyed orders at ``rate`` per second over ``keys`` customers while
     ``keep_going()`` (and until ``count`` when given); flush and return how many were
-    handed to the producer. Java's partitioner (murmur2): librdkafka's default (CRC-32)
-    would tie partition to key bucket, leaving most buckets of each partition empty."""
+    handed to the producer. librdkafka's default partitioner (CRC-32 of the key), as a
+    Python user's producer has it: a job's key hash (xxhash64) is independent of it."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
-                         "linger.ms": 20, "log_level": 2})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 2})
 
     def send(orders: list[tuple[str, bytes]]) -> None:
         for key, value in orders:

@@ -23,6 +23,7 @@ from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
 from coordinator.fenced import FENCED
 from coordinator.lifecycle import Coordinator
+from grouping.key_hash import KeyHash, key_hash_of
 from grouping.model import JobModel, SystemStreamPartition, TaskModel
 from grouping.serde import ssp_to_json
 from grouping.shards import Lineage, lineage_of_config
@@ -124,8 +125,8 @@ async def read_checkpoints(
                                        (m.state_checkpoint_markers if m else {}).items()},
         }
         if stateful:
-            out[task.name]["stateSources"] = _state_sources(task, factor, meta, holders,
-                                                            entries, lineage)
+            out[task.name]["stateSources"] = _state_sources(
+                task, factor, key_hash_of(model.config), meta, holders, entries, lineage)
         if lineage:  # shard inputs: parents before children (checkpoint.shard_ends)
             out[task.name]["waitingFor"] = [
                 ssp_to_json(s) for s in
@@ -147,7 +148,8 @@ def _parents(partitions: set[SystemStreamPartition], lineage: Lineage
     return found
 
 
-def _state_sources(task: TaskModel, factor: int, meta: Mapping[str, TaskCheckpointMeta],
+def _state_sources(task: TaskModel, factor: int, key_hash: KeyHash,
+                   meta: Mapping[str, TaskCheckpointMeta],
                    holders: Mapping[str, list[EntryKey]], entries: Mapping[BucketKey, int],
                    lineage: Lineage) -> list[dict[str, Any]]:
     """The snapshots ``task``'s state is made of (``checkpoint.state_sources``), each
@@ -168,7 +170,7 @@ def _state_sources(task: TaskModel, factor: int, meta: Mapping[str, TaskCheckpoi
             "taskName": s.task_name, "checkpointId": s.checkpoint_id,
             "stateCheckpointMarkers": {b: dict(v) for b, v in s.markers.items()},
             "elasticityFactor": s.factor, "keyBuckets": list(s.buckets),
-            "nullKeys": s.null_keys}
+            "nullKeys": s.null_keys, "keyHash": key_hash.value}
         if s.hash_key_range is not None:  # a parent shard's: the child's keys only
             source["hashKeyRange"] = [str(s.hash_key_range[0]), str(s.hash_key_range[1])]
         out.append(source)

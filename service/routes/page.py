@@ -24,7 +24,8 @@ async def _render(request: Request, coordinator: Coordinator, template: str) -> 
     sizer = await autosizer(request)
     entries = await asyncio.to_thread(store.read_entries, coordinator.inputs)
     inputs = PageInputs(request.app.state.settings.job, coordinator, entries,
-                        sizer.recommendation(sizer.policy), request.app.state.clock.now())
+                        sizer.recommendation(sizer.policy), request.app.state.clock.now(),
+                        request.app.state.bucket_watch.now())
     body = request.app.state.templates.get_template(template).render(v=view(inputs))
     return HTMLResponse(body, headers={"Cache-Control": "no-store"})
 

@@ -27,6 +27,7 @@ async def get_scale(coordinator: Coord) -> ScaleView:
         max_elasticity_factor=coordinator.config.max_elasticity_factor,
         live_processors=len(coordinator.membership.live()),
         task_count=tasks,
+        key_hash=coordinator.key_hash().value,
     )
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from coordinator.bucket_signals import bucket_signals
 from coordinator.lifecycle import Coordinator
 from grouping.measures import balance
 from grouping.model import JobModel
@@ -70,6 +71,11 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
         "barrier": barrier.state.value if barrier else None,
         "barrierWaitingFor": sorted(barrier.silent) if barrier else [],
         "elasticityFactor": coordinator.elasticity_factor(),
+        "keyHash": coordinator.key_hash().value,
+        # empty and hot key buckets, judged from the workers' sampled bucket counts
+        "keyBuckets": bucket_signals(
+            stats, coordinator.elasticity_factor(),
+            request.app.state.settings.bucket_signal_min_records).to_json(),
         "inputPartitions": len(coordinator.inputs),
         "processors": processors,
         "tasksPerProcessor": {pid: active_count for pid, (active_count, _) in counts.items()},

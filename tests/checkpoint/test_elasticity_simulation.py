@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from checkpoint.model import BucketKey, ResetPolicy
 from checkpoint.resolution import dominated, merge_commit, resolve_ssp_start
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import DEFAULT_KEY_HASH
 from grouping.model import SSP
 
 P0 = SSP("kafka", "in", 0)
@@ -26,7 +27,7 @@ class Partition:
     keys: list[bytes | None]
 
     def bucket(self, offset: int, factor: int) -> int:
-        return key_bucket(self.keys[offset], offset, factor)
+        return key_bucket(self.keys[offset], offset, factor, DEFAULT_KEY_HASH)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from checkpoint.resolution import resolve_ssp_start
 from checkpoint.shard_ends import waiting_for
 from checkpoint.state_sources import HeldState, StateSource, state_sources
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import DEFAULT_KEY_HASH
 from grouping.model import SystemStreamPartition
 from grouping.shards import MAX_HASH_KEY, Lineage, Shard, hash_key
 
@@ -176,7 +177,8 @@ class Job:
         return found
 
     def skipped(self, task: Task, offset: int, key: bytes) -> bool:
-        return any(key_bucket(key, offset, f) == b and offset < w for f, b, w in task.skip)
+        return any(key_bucket(key, offset, f, DEFAULT_KEY_HASH) == b and offset < w
+                   for f, b, w in task.skip)
 
     def check(self, task: Task) -> None:
         """Each key's state is the fold of exactly its records in the task's ancestor
@@ -184,7 +186,7 @@ class Job:
         low, high = self.shards[task.partition].hash_key_range
         before = self.ancestors(task.partition)
         for key in KEYS:
-            if key_bucket(key, 0, self.factor) != task.bucket \
+            if key_bucket(key, 0, self.factor, DEFAULT_KEY_HASH) != task.bucket \
                     or not low <= hash_key(key) <= high:
                 assert task.live[key] == 0, (key, task)
                 continue
@@ -203,7 +205,7 @@ class Job:
         shard = self.shards[task.partition]
         pending = [(o, k) for o, k in self.records[task.partition] if o >= task.position]
         for offset, key in pending[:n]:
-            if key_bucket(key, offset, self.factor) == task.bucket \
+            if key_bucket(key, offset, self.factor, DEFAULT_KEY_HASH) == task.bucket \
                     and not self.skipped(task, offset, key):
                 task.live[key] += 1
                 task.touched = True
@@ -252,7 +254,7 @@ class Job:
 
 def kept(source: StateSource, key: bytes) -> bool:
     """What the worker's composition keeps of a source snapshot (worker.state.compose)."""
-    if key_bucket(key, 0, source.factor) not in source.buckets:
+    if key_bucket(key, 0, source.factor, DEFAULT_KEY_HASH) not in source.buckets:
         return False
     if source.hash_key_range is None:
         return True

@@ -21,6 +21,7 @@ from checkpoint.model import BucketKey, ResetPolicy
 from checkpoint.resolution import resolve_ssp_start
 from checkpoint.state_sources import HeldState, StateSource, state_sources
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import DEFAULT_KEY_HASH
 from grouping.model import SystemStreamPartition
 
 SSP = SystemStreamPartition("kafka", "orders", 0)
@@ -76,7 +77,7 @@ class Job:
         for source in sources:
             snapshot = self.snapshots[source.markers["blob"]["state"]]
             for key, count in snapshot.items():
-                if key_bucket(key, 0, source.factor) in source.buckets:
+                if key_bucket(key, 0, source.factor, DEFAULT_KEY_HASH) in source.buckets:
                     assert key not in live  # the sources are disjoint
                     live[key] = count
         # as the worker does: state composed from other snapshots is snapshotted at once
@@ -87,12 +88,13 @@ class Job:
         return task
 
     def skipped(self, task: Task, offset: int, key: bytes) -> bool:
-        return any(key_bucket(key, offset, f) == b and offset < w for f, b, w in task.skip)
+        return any(key_bucket(key, offset, f, DEFAULT_KEY_HASH) == b and offset < w
+                   for f, b, w in task.skip)
 
     def check(self, task: Task) -> None:
         """The task's state is the fold of exactly the records below where it starts."""
         for key in KEYS:
-            if key_bucket(key, 0, self.factor) != task.bucket:
+            if key_bucket(key, 0, self.factor, DEFAULT_KEY_HASH) != task.bucket:
                 continue
             below = sum(1 for o, k in enumerate(self.records[:task.position]) if k == key)
             below += sum(1 for o, k in enumerate(self.records[task.position:], task.position)
@@ -103,7 +105,7 @@ class Job:
         end = min(len(self.records), task.position + n)
         for offset in range(task.position, end):
             key = self.records[offset]
-            if key_bucket(key, offset, task.factor) == task.bucket and \
+            if key_bucket(key, offset, task.factor, DEFAULT_KEY_HASH) == task.bucket and \
                     not self.skipped(task, offset, key):
                 task.live[key] += 1
                 task.touched = True

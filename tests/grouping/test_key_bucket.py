@@ -1,4 +1,5 @@
-"""The key-bucket function: equal to zlib's CRC-32, splits and merges, uniform."""
+"""The key-bucket function: each key hash's definition (zlib's CRC-32, XXH64 seed 42),
+splits and merges, uniform."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import zlib
 from collections.abc import Callable
 
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,35 +23,55 @@ from grouping.key_bucket import (
     sub_buckets,
     validate_elasticity_factor,
 )
+from grouping.key_hash import KeyHash, UnknownKeyHash, key_hash_of, parse_key_hash
 
 FACTORS = [1, 2, 4, 8, 16, 32, 64]
 factor_st = st.sampled_from(FACTORS)
 
 
+hash_st = st.sampled_from(list(KeyHash))
+
+
 @given(st.binary(max_size=64), factor_st)
-def test_bucket_is_unsigned_crc32_mod_factor(key: bytes, factor: int) -> None:
-    assert key_bucket(key, 0, factor) == zlib.crc32(key) % factor
+def test_legacy_bucket_is_unsigned_crc32_mod_factor(key: bytes, factor: int) -> None:
+    assert key_bucket(key, 0, factor, KeyHash.CRC32) == zlib.crc32(key) % factor
 
 
-def test_known_vectors_match_spark_sql_crc32() -> None:
-    # Spark SQL: SELECT crc32('hello') = 907060870, crc32('') = 0
-    assert key_bucket(b"hello", 0, 64) == 907060870 % 64
-    assert key_bucket(b"", 0, 8) == 0
+@given(st.binary(max_size=64), factor_st)
+def test_bucket_is_xxh64_seed_42_mod_factor(key: bytes, factor: int) -> None:
+    assert key_bucket(key, 0, factor, KeyHash.XXHASH64) == \
+        xxhash.xxh64_intdigest(key, 42) % factor
 
 
-@given(st.integers(min_value=0, max_value=2**62), factor_st)
-def test_null_key_uses_offset_mod_factor(offset: int, factor: int) -> None:
-    assert key_bucket(None, offset, factor) == offset % factor
+def test_known_vectors_match_spark_sql() -> None:
+    # Spark SQL: SELECT crc32('hello') = 907060870, crc32('') = 0,
+    # xxhash64(CAST('hello' AS BINARY)) = -4367754540140381902 (signed)
+    assert key_bucket(b"hello", 0, 64, KeyHash.CRC32) == 907060870 % 64
+    assert key_bucket(b"", 0, 8, KeyHash.CRC32) == 0
+    assert key_bucket(b"hello", 0, 64, KeyHash.XXHASH64) == \
+        (-4367754540140381902 & (2**64 - 1)) % 64
+
+
+def test_a_model_without_key_hash_is_crc32_and_names_are_checked() -> None:
+    assert key_hash_of({}) is KeyHash.CRC32
+    assert key_hash_of({"keyHash": "xxhash64"}) is KeyHash.XXHASH64
+    with pytest.raises(UnknownKeyHash, match="use one of xxhash64, crc32"):
+        parse_key_hash("murmur3")
+
+
+@given(st.integers(min_value=0, max_value=2**62), factor_st, hash_st)
+def test_null_key_uses_offset_mod_factor(offset: int, factor: int, kh: KeyHash) -> None:
+    assert key_bucket(None, offset, factor, kh) == offset % factor
 
 
 @given(st.one_of(st.none(), st.binary(max_size=32)), st.integers(0, 2**40),
-       st.sampled_from(FACTORS[:-1]))
+       st.sampled_from(FACTORS[:-1]), hash_st)
 def test_bucket_under_2f_is_one_of_the_split_buckets(
-    key: bytes | None, offset: int, factor: int
+    key: bytes | None, offset: int, factor: int, kh: KeyHash
 ) -> None:
-    b = key_bucket(key, offset, factor)
-    assert key_bucket(key, offset, 2 * factor) in split_buckets(b, factor)
-    assert parent_bucket(key_bucket(key, offset, 2 * factor), 2 * factor) == b
+    b = key_bucket(key, offset, factor, kh)
+    assert key_bucket(key, offset, 2 * factor, kh) in split_buckets(b, factor)
+    assert parent_bucket(key_bucket(key, offset, 2 * factor, kh), 2 * factor) == b
 
 
 @given(st.integers(0, 63), factor_st, factor_st)
@@ -78,12 +100,13 @@ def _realistic_keys(n: int) -> list[bytes]:
     return keys
 
 
+@pytest.mark.parametrize("kh", list(KeyHash))
 @pytest.mark.parametrize("factor", [2, 4, 8, 16, 32, 64])
-def test_buckets_are_uniform_for_100k_realistic_keys(factor: int) -> None:
+def test_buckets_are_uniform_for_100k_realistic_keys(factor: int, kh: KeyHash) -> None:
     keys = _realistic_keys(100_000)
     counts = [0] * factor
     for k in keys:
-        counts[key_bucket(k, 0, factor)] += 1
+        counts[key_bucket(k, 0, factor, kh)] += 1
     expected = len(keys) / factor
     chi2 = sum((c - expected) ** 2 / expected for c in counts)
     # Critical value of chi-square at p = 0.001 with factor-1 degrees of freedom

@@ -96,7 +96,7 @@ def test_scale_1_2_4_2_resolves_checkpoints_by_the_rule(
         assert m2b["config"]["elasticityFactor"] == 2
         scale_view = c.get("/scale").json()
         assert scale_view == {"elasticityFactor": 2, "maxElasticityFactor": 64,
-                              "liveProcessors": 2, "taskCount": 4}
+                              "liveProcessors": 2, "taskCount": 4, "keyHash": "xxhash64"}
 
 
 def test_fencing_and_offsets_never_move_backwards(start_server: StartServer) -> None:

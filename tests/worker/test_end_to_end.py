@@ -32,11 +32,10 @@ class Producing:
     """Keyed records, each key's carrying 0, 1, 2, ... as its value."""
 
     def __init__(self, kafka: LocalKafka, topic: str) -> None:
-        # murmur2 like Java producers: librdkafka's default (CRC-32 of the key) would tie
-        # a key's partition to its key bucket and leave half the buckets empty
+        # confluent-kafka's default partitioner (librdkafka's CRC-32 of the key), as a
+        # Python user has it: a new job's key hash (xxhash64) is independent of it
         self.producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all",
-                                  "enable.idempotence": True, "log_level": 2,
-                                  "partitioner": "murmur2_random"})
+                                  "enable.idempotence": True, "log_level": 2})
         self.topic = topic
         self.seq: dict[str, int] = defaultdict(int)
         self.total = 0
@@ -159,10 +158,13 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     producing = Producing(kafka, topic)
     producing.send(2000)
     server = coordinator_for(start_server, kafka, topic, "--partition-poll-interval-ms", "1000",
-                             "--lease-ttl-ms", "20000")
-    # w1 reads with Spark's Kafka connector: tasks move between the two readers
-    workers = [start_worker(tmp_path, server.url, kafka, output, "w0"),
-               start_worker(tmp_path, server.url, kafka, output, "w1", "--kafka-reader", "jvm")]
+                             "--lease-ttl-ms", "20000", "--bucket-signal-min-records", "100")
+    # w1 reads with Spark's Kafka connector: tasks move between the two readers; every
+    # batch's buckets counted (the empty- and hot-bucket signals)
+    counted = ("--bucket-sample-interval-ms", "1")
+    workers = [start_worker(tmp_path, server.url, kafka, output, "w0", *counted),
+               start_worker(tmp_path, server.url, kafka, output, "w1", "--kafka-reader", "jvm",
+                            *counted)]
     try:
         wait_output(kafka, output, producing.total)
         with server.client() as c:
@@ -172,6 +174,20 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
                     producing.send(100)
                     time.sleep(0.5)
                 wait_output(kafka, output, producing.total)
+                if factor == 4:  # every one of the 16 tasks works (the key hash is not
+                    # the default partitioner's: with crc32 only 4 of them would)
+                    producing.send(800)
+                    done = wait_output(kafka, output, producing.total)
+                    assert {r["task"] for r in done if r["task"].endswith("_4")} == {
+                        f"Partition {p}_{b}_4" for p in range(4) for b in range(4)}
+                    # the sampled counts reach the leader with the heartbeats after a batch
+                    deadline = time.monotonic() + 60
+                    while (judged := c.get("/status").json()["keyBuckets"])[
+                            "partitionsJudged"] < 2:
+                        assert time.monotonic() < deadline, judged
+                        time.sleep(0.5)
+                    assert judged["factor"] == 4, judged
+                    assert judged["emptyBuckets"] == [] and judged["hotBuckets"] == [], judged
             # what the autosizer reads, in the heartbeats after the last batches
             wanted = {"batchSeconds", "recordsPerSecond", "consumerLag"}
             deadline = time.monotonic() + 60

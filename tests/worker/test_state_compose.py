@@ -9,7 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import KeyHash
 from worker.state.keys import split
 from worker.state.snapshot import snapshot_dir, task_dir
 from worker.state.store import TaskStore
@@ -43,13 +46,19 @@ def counts(states: TaskStates, task: str) -> dict[bytes | None, int]:
         return {split(k)[0]: int(v[1:]) for k, v in store.entries()}
 
 
-def source(held: dict[str, Any], factor: int, buckets: list[int], nulls: bool
-           ) -> dict[str, Any]:
-    return {**held, "elasticityFactor": factor, "keyBuckets": buckets, "nullKeys": nulls}
+def source(held: dict[str, Any], factor: int, buckets: list[int], nulls: bool,
+           key_hash: KeyHash | None) -> dict[str, Any]:
+    """A ``stateSources`` entry; ``key_hash`` None: as a coordinator before keyHash sent
+    it (crc32)."""
+    found = {**held, "elasticityFactor": factor, "keyBuckets": buckets, "nullKeys": nulls}
+    return found if key_hash is None else {**found, "keyHash": key_hash.value}
 
 
+@pytest.mark.parametrize("key_hash", [None, KeyHash.XXHASH64], ids=["legacy-crc32", "xxhash64"])
 def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | None],
-                                                tmp_path: Path) -> None:
+                                                tmp_path: Path, key_hash: KeyHash | None
+                                                ) -> None:
+    kh = key_hash or KeyHash.CRC32
     url, endpoint = blob_store_url
     a = TaskStates(StateConfig(tmp_path / "a", url, endpoint))
     b = TaskStates(StateConfig(tmp_path / "b", url, endpoint))
@@ -60,13 +69,13 @@ def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | 
 
     # split 1 -> 2: each child keeps its bucket of the parent's snapshot
     children = {c: {"inputOffsets": offsets(c, 401),
-                 "stateSources": [source(parent, 2, [c], c == 0)]} for c in (0, 1)}
+                 "stateSources": [source(parent, 2, [c], c == 0, key_hash)]} for c in (0, 1)}
     b.restore({f"C{c}": children[c] for c in (0, 1)})
     for c in (0, 1):
         got = counts(b, f"C{c}")
         assert got == {k: n for k, n in everything.items()
                        if (k is None and c == 0)
-                       or (k is not None and key_bucket(k, 0, 2) == c)}
+                       or (k is not None and key_bucket(k, 0, 2, kh) == c)}
         assert b.restores[f"C{c}"]["source"] == "composed"
         assert b.restores[f"C{c}"]["from"] == ["P"]
     assert not task_dir(tmp_path / "b", "P").exists()  # the source's copy is gone
@@ -77,11 +86,12 @@ def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | 
     c1 = {"taskName": "C1", "checkpointId": body["C1"]["checkpointId"],
           "stateCheckpointMarkers": body["C1"]["stateCheckpointMarkers"]}
     c0 = run_batch(b, "C0", "9999999999999-1",
-                   [k for k in KEYS if key_bucket(k, 0, 2) == 0], 500, 0)
+                   [k for k in KEYS if key_bucket(k, 0, 2, kh) == 0], 500, 0)
 
     # a standby of a task with no snapshot of its own yet builds it by the same rule
     merged_cp = {"inputOffsets": offsets(-1, 401), "checkpointId": None,
-                 "stateSources": [source(c0, 2, [0], True), source(c1, 2, [1], False)]}
+                 "stateSources": [source(c0, 2, [0], True, key_hash),
+                                  source(c1, 2, [1], False, key_hash)]}
     standby = TaskStates(StateConfig(tmp_path / "s", url, endpoint))
     lags = standby.refresh([], ["M"], lambda names: {"M": merged_cp})
     assert lags == {"M": 0}
@@ -89,7 +99,7 @@ def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | 
     # merge 2 -> 1: the union of the children's snapshots
     a.restore({"M": merged_cp})
     merged = counts(a, "M")
-    expected = {k: n + (1 if k is not None and key_bucket(k, 0, 2) == 0 else 0)
+    expected = {k: n + (1 if k is not None and key_bucket(k, 0, 2, kh) == 0 else 0)
                 for k, n in everything.items()}
     assert merged == expected
     standby.restore({"M": merged_cp})  # promoted: the same state

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from grouping.key_hash import KeyHash
 from tests.worker.test_state_compose import KEYS, counts, offsets, run_batch, source
 from worker.state.blobs import BlobStore, open_blob_store
 from worker.state.locks import TaskFolderLocks
@@ -136,7 +137,8 @@ def test_a_source_copy_restored_again_beside_a_composition_is_not_deleted(
     z = run_batch(active, "Z", "1000-2", [*KEYS[:5]], 5, 0)
     blobs = Gated(open_blob_store(url), task_dir(tmp_path / "b", "Z").name)
     b = TaskStates(StateConfig(tmp_path / "b", url), blobs)
-    child = {"inputOffsets": offsets(0, 300), "stateSources": [source(parent, 2, [0], True)]}
+    child = {"inputOffsets": offsets(0, 300),
+             "stateSources": [source(parent, 2, [0], True, KeyHash.XXHASH64)]}
     composing = threading.Thread(target=b.restore, args=(
         {"C0": child, "Z": {"stateSources": [z]}},))
     composing.start()

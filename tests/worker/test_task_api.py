@@ -14,9 +14,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
+from coordinator.bucket_signals import bucket_signals
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import KeyHash
+from tests.grouping.partitioners import crc32
 from worker.plan import QueryPlan, Skip, SspStart
 from worker.runtime import BatchContext, TaskContext, place_tasks, run_tasks, spark_session
+from worker.runtime.bucket_counts import BucketCounts, count_buckets
 from worker.runtime.spark import FS_CHECKPOINTS
 from worker.runtime.task_api import placed_by_reads
 
@@ -110,7 +114,9 @@ def test_a_batch_runs_where_read_only_when_a_shuffle_would_not_run_more_at_once(
     assert not placed_by_reads(readers=2, tasks_with_rows=2, cores=2, partitions_per_task=2)
 
 
-def test_the_query_filter_keeps_each_bucket_from_its_own_start(spark: SparkSession) -> None:
+@pytest.mark.parametrize("key_hash", list(KeyHash))
+def test_the_query_filter_keeps_each_bucket_from_its_own_start(spark: SparkSession,
+                                                               key_hash: KeyHash) -> None:
     """Evaluated by Spark: a worker owning buckets 0 (start 100) and 1 (start 120) of a
     partition reads it from 100, and must drop bucket 1's records below 120 (processed
     and committed already: the duplicates a test once saw when a worker took over a
@@ -118,14 +124,14 @@ def test_the_query_filter_keeps_each_bucket_from_its_own_start(spark: SparkSessi
     it does not own."""
     plan = QueryPlan(5, 2, (SspStart("Partition 0_0_2", "orders", 0, 0, 100),
                             SspStart("Partition 0_1_2", "orders", 0, 1, 120)),
-                     (Skip("orders", 0, 4, 2, 130),))
+                     (Skip("orders", 0, 4, 2, 130),), key_hash=key_hash)
     keys = {b: next(k for i in range(1000)
-                    if key_bucket(k := f"k{i}".encode(), 0, 4) == b) for b in range(4)}
+                    if key_bucket(k := f"k{i}".encode(), 0, 4, key_hash) == b) for b in range(4)}
     rows = [(keys[b4], str(o).encode(), "orders", 0, o, None, b4 % 2, "")
             for o in range(90, 140) for b4 in range(4)]
     df = spark.createDataFrame(rows, SCHEMA).withColumn(
         "keyBucket", F.expr(plan.bucket_expr()))
-    kept = {(r["keyBucket"], r["offset"], key_bucket(bytes(r["key"]), 0, 4))
+    kept = {(r["keyBucket"], r["offset"], key_bucket(bytes(r["key"]), 0, 4, key_hash))
             for r in df.where(plan.filter_sql()).collect()}
     expected = {(b4 % 2, o, b4) for o in range(90, 140) for b4 in range(4)
                 if o >= (100 if b4 % 2 == 0 else 120) and not (b4 == 2 and o < 130)}
@@ -151,3 +157,45 @@ def test_a_worker_sessions_query_logs_go_through_the_filesystem_api(
     lines = (tmp_path / "q" / "offsets" / "2").read_text().splitlines()
     assert lines[0] == "v1" and json.loads(lines[1])["batchWatermarkMs"] == 0
     assert not list((tmp_path / "q").rglob("*.tmp"))  # renamed into place, nothing left
+
+
+@pytest.mark.parametrize("key_hash", list(KeyHash))
+def test_the_key_hash_is_bit_identical_in_spark_sql_and_python(spark: SparkSession,
+                                                               key_hash: KeyHash) -> None:
+    """The workers' filter computes buckets in the JVM (``QueryPlan.bucket_expr``); the
+    checkpoint math and state split/compose compute them in Python: random binary keys
+    (empty, every length 1-7, long, not UTF-8) get the same bucket under every factor."""
+    rng = random.Random(20261128)
+    keys = [b"", b"hello", b"\xff\xfe\x80\x00",
+            *(rng.randbytes(n) for n in range(1, 8) for _ in range(30)),
+            *(rng.randbytes(rng.randint(8, 2000)) for _ in range(200))]
+    plan = QueryPlan(1, 64, (), key_hash=key_hash)
+    rows = [(k, b"", "t", 0, i, None, 0, "") for i, k in enumerate(keys)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    got = df.select("key", "offset", *(F.expr(plan.bucket_expr(f)).alias(f"b{f}")
+                                       for f in (2, 8, 64))).collect()
+    assert len(got) == len(keys)
+    for r in got:
+        key = bytes(r["key"])
+        for f in (2, 8, 64):
+            assert r[f"b{f}"] == key_bucket(key, r["offset"], f, key_hash), (key, f)
+
+
+@pytest.mark.parametrize(("key_hash", "empty"), [(KeyHash.CRC32, 12), (KeyHash.XXHASH64, 0)])
+def test_bucket_counts_of_a_default_partitioned_topic_show_empty_buckets_only_for_crc32(
+        spark: SparkSession, key_hash: KeyHash, empty: int) -> None:
+    """A worker's sampled bucket counts (a Spark job over the batch, in the JVM) of a
+    4-partition topic written by librdkafka's default partitioner, judged by the leader's
+    rule at factor 4: crc32 leaves 3 of each partition's 4 buckets empty."""
+    keys = [f"user-{i}".encode() for i in range(8000)]
+    rows = [(k, b"0", "clicks", crc32(k, 4), i, None, 0, "") for i, k in enumerate(keys)]
+    plan = QueryPlan(1, 4, (), key_hash=key_hash)
+    counts = BucketCounts(1.0, clock=lambda: 0.0)
+    assert counts.due(4) and not counts.due(1)
+    counts.add(plan, count_buckets(spark.createDataFrame(rows, SCHEMA), plan))
+    report = counts.report()
+    assert report is not None and report["factor"] == 4
+    assert sum(map(sum, report["partitions"].values())) == len(keys)
+    found = bucket_signals({"w1": {"keyBucketCounts": report}}, 4)
+    assert sum(len(e["emptyBuckets"]) for e in found.empty) == empty
+    assert found.partitions == 4 and not counts.due(4)  # the next one after the interval

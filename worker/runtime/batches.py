@@ -50,6 +50,7 @@ from worker.running import (
     rewound,
 )
 from worker.runtime.boundary import BatchBoundary
+from worker.runtime.bucket_counts import BucketCounts, count_buckets
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.task_api import placed_by_reads
 from worker.source_plan import split_key
@@ -86,8 +87,10 @@ class BatchRunner:
                  set_limit: Callable[[int | None], None] = lambda _: None,
                  cut_signals: CutSignals | None = None,
                  read_ranges: Callable[[Planned], DataFrame] | None = None,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None,
+                 bucket_counts: BucketCounts | None = None) -> None:
         self._spark = spark
+        self._buckets = bucket_counts  # how partitions spread over buckets, sampled
         self._process = process
         self._client = client
         self._states = states
@@ -301,6 +304,8 @@ class BatchRunner:
                 if not now.starts:
                     trace.debug("batch %d v%d read %s | no key space at its generation",
                                 batch_id, plan.version, _traced_ranges(self._ranges_read, ends))
+                if self._buckets is not None and now.starts and self._buckets.due(now.factor):
+                    self._buckets.add(now, count_buckets(batch, now))
                 cut_short = self._run(batch, batch_id, now, ends, readers) if now.starts \
                     else False
             finally:
@@ -320,6 +325,9 @@ class BatchRunner:
                 "commitFailures": self.committer.failures,
                 "commitPendingSeconds": _age(self.committer.unacknowledged_since()),
                 "triggerSeconds": self._trigger_s}
+            spread = self._buckets.report() if self._buckets is not None else None
+            if spread is not None:
+                self.stats["keyBucketCounts"] = spread
             if self._size is not None and plan.system != "kinesis":
                 self.stats["batchLimit"] = self._size.limit
                 self.stats["batchesCut"] = self.cuts

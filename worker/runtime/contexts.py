@@ -61,6 +61,9 @@ class WorkerConfig:
     # a cluster worker whose location was not named (``--location``): each task's
     # executor host is reported as where the task is (the heartbeat stat ``taskHosts``)
     task_hosts: bool = False
+    # how often a batch's records are counted per key bucket (``keyBucketCounts`` in the
+    # heartbeats: the leader's empty- and hot-bucket signals); 0: never
+    bucket_sample_interval_s: float = 10.0
 
 
 @dataclass(frozen=True)

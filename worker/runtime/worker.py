@@ -30,6 +30,7 @@ from worker.jvm_kafka import quiet_group_warning, read_ranges
 from worker.placement import Placement
 from worker.runtime.app import is_local_master
 from worker.runtime.batches import BatchRunner
+from worker.runtime.bucket_counts import BucketCounts
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
 from worker.runtime.handover import Handover, NotAStatefulJob
@@ -87,7 +88,7 @@ class Worker:
                                          planned))
             # (pinned tasks read their own ranges: no batch read planned for them)
             if config.kafka_reader == "jvm" and self._placement is None else None,
-            self._placement)
+            self._placement, BucketCounts(config.bucket_sample_interval_s))
         self._keeper: StateKeeper | None = None
         self._left = False
 

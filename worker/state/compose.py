@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grouping.key_bucket import key_bucket
+from grouping.key_hash import key_hash_of
 from grouping.shards import MAX_HASH_KEY, hash_key
 from worker.state.backup import state_marker
 from worker.state.blobs import BlobStore
@@ -53,6 +54,7 @@ def _filter(source: Mapping[str, Any]) -> Callable[[bytes | None], bool]:
     its bucket under the source's factor is listed (null keys: when ``nullKeys``) and,
     for a parent shard's snapshot, its Kinesis hash key is in the child's range."""
     factor = int(source["elasticityFactor"])
+    key_hash = key_hash_of(source)  # the job's: absent from a coordinator before it, crc32
     buckets = frozenset(int(b) for b in source["keyBuckets"])
     null_keys = bool(source.get("nullKeys"))
     within = source.get("hashKeyRange")
@@ -61,7 +63,7 @@ def _filter(source: Mapping[str, Any]) -> Callable[[bytes | None], bool]:
     def keep(key: bytes | None) -> bool:
         if key is None:
             return null_keys
-        return key_bucket(key, 0, factor) in buckets and (
+        return key_bucket(key, 0, factor, key_hash) in buckets and (
             within is None or low <= hash_key(key) <= high)
 
     return keep
