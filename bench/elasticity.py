@@ -7,11 +7,20 @@ external call), on a topic of 2 partitions, one worker with local[8].
 * the same work as a plain Spark Kafka query (``mapInPandas``, no Coxswain), with and
   without ``minPartitions=8``, and the per-key order violations the split produces.
 
+The input is written by confluent-kafka's default partitioner (librdkafka's CRC-32 of
+the key), as a Python user's producer has it; ``--key-hashes`` runs each factor under
+each job key hash (issue #47: crc32, the hash of that partitioner, against xxhash64),
+and every run prints how many of its tasks got records.
+
 Run: python -m bench.elasticity [--records 16000] [--keys 10000] [--factors 1 2 4 8]
-     [--worker-args '--target-batch-ms 5000'] [--checkout OLD_CHECKOUT] [--no-plain]
-(each run also prints the steady rate: records/s over the second half of the records)
-Targets (issue #6): factor 4 >= 3.5x factor 1; Coxswain at factor 1 within 10% of plain
-Spark; zero order violations for Coxswain.
+     [--key-hashes xxhash64 crc32] [--worker-args '--target-batch-ms 5000']
+     [--checkout OLD_CHECKOUT] [--no-plain]
+Targets (issues #6, #47): factor 4 >= 3.5x factor 1 with the default key hash; Coxswain
+at factor 1 within 10% of plain Spark; zero order violations for Coxswain.
+
+``python -m bench.elasticity --hash-cost`` instead measures the per-record cost of each
+key hash in the workers' filter: a Spark job computing the bucket column over 2 million
+in-memory keys, per hash, against no hash (records/s, medians of 5).
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ def _plain_work(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 def produce(kafka: LocalKafka, topic: str, n: int, keys: int) -> None:
     # idempotent: a retried send on a loaded machine must not write a record twice
     # (a doubled input record would show as wrong counts in a stateful run)
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+    p = Producer({"bootstrap.servers": kafka.bootstrap,  # the default partitioner
                   "enable.idempotence": True, "acks": "all", "log_level": 2})
     seq: dict[int, int] = defaultdict(int)
     for i in range(n):
@@ -134,14 +143,17 @@ def topics(kafka: LocalKafka, *specs: tuple[str, int]) -> None:
 
 
 def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path,
-             worker_args: list[str], checkout: Path | None = None) -> tuple[float, int]:
+             worker_args: list[str], checkout: Path | None = None,
+             key_hash: str | None = None) -> tuple[float, int, int]:
+    """records/s, order violations and the tasks that got records."""
     out_topic = f"out-{uuid.uuid4().hex[:8]}"
     topics(kafka, (out_topic, 1))
-    data = tmp / f"f{factor}"
+    data = tmp / f"f{factor}-{key_hash}"
     data.mkdir()
     server = Server(data, ["--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{source}",
                            "--elasticity-factor", str(factor), "--debounce-ms", "100",
-                           "--log-level", "WARNING"]).start()
+                           "--log-level", "WARNING",
+                           *(["--key-hash", key_hash] if key_hash else [])]).start()
     # the worker of another checkout (with its own .venv): an older runtime's
     python = str(checkout / ".venv" / "bin" / "python") if checkout else sys.executable
     worker = subprocess.Popen(
@@ -153,7 +165,8 @@ def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path,
         start_new_session=True, cwd=checkout,
         env={**os.environ, "PYTHONPATH": str(checkout)} if checkout else None)
     try:
-        return rate_and_violations(read_output(kafka, out_topic, n))
+        out = read_output(kafka, out_topic, n)
+        return (*rate_and_violations(out), len({r.get("task") for _, r in out}))
     finally:
         stop_process_group(worker, grace_s=60)
         server.stop()
@@ -187,12 +200,48 @@ def plain_spark(kafka: LocalKafka, source: str, n: int, min_partitions: int | No
         spark.stop()
 
 
+def hash_cost(n: int = 2_000_000, runs: int = 5) -> None:
+    """records/s of the bucket column per key hash (no hash: the key's length), in one
+    local[1] Spark session, medians of ``runs``."""
+    import statistics
+
+    from pyspark.sql import SparkSession
+
+    from grouping.key_hash import KeyHash
+    from worker.plan import QueryPlan
+
+    spark = (SparkSession.builder.master("local[1]").appName("hash-cost")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    df = spark.range(n).selectExpr("CAST(CONCAT('user-', id) AS BINARY) AS key",
+                                   "id AS offset").cache()
+    df.count()
+    exprs = {"none": "pmod(length(key), 8)",
+             **{k.value: QueryPlan(1, 8, (), key_hash=k).bucket_expr() for k in KeyHash}}
+    rates: dict[str, list[float]] = {name: [] for name in exprs}
+    for _ in range(runs):
+        for name, expr in exprs.items():  # interleaved: drift hits each alike
+            started = time.perf_counter()
+            df.selectExpr(f"sum({expr})").collect()
+            rates[name].append(n / (time.perf_counter() - started))
+    spark.stop()
+    base = statistics.median(rates["none"])
+    print("| bucket column | records/s | x no hash |")
+    print("|---|---|---|")
+    for name, found in rates.items():
+        rate = statistics.median(found)
+        print(f"| {name} | {rate:,.0f} | {rate / base:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=16000)
     parser.add_argument("--keys", type=int, default=10000)
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--no-plain", action="store_true", help="skip the plain Spark runs")
+    parser.add_argument("--key-hashes", nargs="+", default=[None],
+                        help="run each factor under each of these job key hashes")
+    parser.add_argument("--hash-cost", action="store_true",
+                        help="only measure each key hash's per-record cost in Spark SQL")
     parser.add_argument("--worker-args", default="",
                         help="more arguments for `coxswain worker`, e.g. "
                              "'--target-batch-ms 5000' (one string)")
@@ -200,6 +249,9 @@ def main() -> None:
                         help="run the worker of this checkout (its .venv), e.g. an older "
                              "runtime's, against this one's services and measures")
     args = parser.parse_args()
+    if args.hash_cost:
+        hash_cost()
+        return
     kafka = LocalKafka.create().start()
     rows = []
     try:
@@ -207,12 +259,15 @@ def main() -> None:
             source = f"in-{uuid.uuid4().hex[:8]}"
             topics(kafka, (source, 2))
             produce(kafka, source, args.records, args.keys)
-            for factor in args.factors:
-                rate, bad = coxswain(kafka, source, factor, args.records, Path(tmp),
-                                     shlex.split(args.worker_args), args.checkout)
-                rows.append((f"Coxswain F={factor}", rate, bad))
-                print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations",
-                      flush=True)
+            for key_hash in args.key_hashes:
+                for factor in args.factors:
+                    rate, bad, tasks = coxswain(kafka, source, factor, args.records, Path(tmp),
+                                                shlex.split(args.worker_args), args.checkout,
+                                                key_hash)
+                    rows.append((f"Coxswain F={factor}"
+                                 + (f" {key_hash}" if key_hash else ""), rate, bad))
+                    print(f"  {rows[-1][0]}: {rate:,.0f} records/s, {bad} order violations, "
+                          f"{tasks} of {2 * factor} tasks got records", flush=True)
             for mp in () if args.no_plain else (None, 8):
                 rate, bad = plain_spark(kafka, source, args.records, mp, Path(tmp))
                 rows.append((f"plain Spark{' minPartitions=8' if mp else ''}", rate, bad))

@@ -134,7 +134,7 @@ def add(running: Running, new: QueryPlan, read: Read, done: Done) -> Running:
         partitions = {k: replace(v, ending=by_shard.get(int(k), v.ending))
                       for k, v in partitions.items()}
     plan = replace(running.plan, version=max(new.version, running.plan.version),
-                   factor=new.factor,
+                   factor=new.factor, key_hash=new.key_hash,
                    system=new.system, starts=tuple(starts),
                    skips=(*running.plan.skips, *new.skips),
                    endings=tuple(sorted((t, p, e) for (t, p), e in endings.items())))

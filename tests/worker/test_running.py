@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grouping.key_hash import KeyHash
 from worker.plan import EARLIEST, QueryPlan, SspStart
 from worker.running import (
     Running,
@@ -351,3 +352,15 @@ def test_a_task_added_at_a_rewound_partitions_start_skips_a_batch_planned_before
         w.plan_batch(5)
         w.run_batch()
     assert w.processed == Counter({(0, o): 1 for o in range(RECORDS)})
+
+
+def test_the_running_plan_takes_the_job_models_key_hash() -> None:
+    """The worker's filter computes buckets with the plan the runner keeps: a plan added
+    to what runs must bring its job's key hash (a running plan that kept the initial
+    crc32 while the coordinator assigned xxhash64 buckets ran some buckets' records in
+    the wrong task and none in others)."""
+    new = QueryPlan(3, 4, (SspStart("Partition 0_1_4", "t", 0, 1, EARLIEST),),
+                    key_hash=KeyHash.XXHASH64)
+    running = add(nothing(), new, {}, {})
+    assert running.plan.key_hash is KeyHash.XXHASH64
+    assert "xxhash64(key)" in running.plan.bucket_expr()
