@@ -305,7 +305,10 @@ class BatchRunner:
                     trace.debug("batch %d v%d read %s | no key space at its generation",
                                 batch_id, plan.version, _traced_ranges(self._ranges_read, ends))
                 if self._buckets is not None and now.starts and self._buckets.due(now.factor):
-                    self._buckets.add(now, count_buckets(batch, now))
+                    try:  # an observation: its failure must never fail the batch
+                        self._buckets.add(now, count_buckets(batch, now))
+                    except Exception as e:
+                        log.warning("batch %d: key buckets not counted: %s", batch_id, e)
                 cut_short = self._run(batch, batch_id, now, ends, readers) if now.starts \
                     else False
             finally:
