@@ -649,6 +649,11 @@ class Coordinator:
         updated = await self._acks.ack(version, processor_id)
         state = await self._take_ack(version, updated)
         if state is BarrierState.DONE:
+            if self._active is None or self._active.version < version:
+                # a refresh saw the barrier done first and is recording the version (under
+                # the lock): its localities are queued only once that is over
+                async with self._lock:
+                    pass
             await self._locality_writes.flush()
         return state
 

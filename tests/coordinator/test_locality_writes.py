@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import BarrierState
 from coordinator.clock import SystemClock
+from coordinator.job_models import VERSIONS
 from coordinator.leader import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.locality import (
@@ -21,6 +23,7 @@ from coordinator.locality import (
     TaskLocality,
     reported_locations,
 )
+from coordinator.store.metadata import Fence
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP
 from service.database import make_engine, upgrade
@@ -146,3 +149,74 @@ def test_reported_locations_keep_owned_tasks_with_host_names_only() -> None:
         "b": {TASK_HOSTS: ["not", "a", "mapping"]}, "c": {}}
     owners = {"a": ["t1", "t2", "t3", "t4"], "b": ["t5"], "c": ["t6"], "d": ["t7"]}
     assert reported_locations(owners, stats) == {"t1": "h1"}
+
+
+class GatedStore(SqlMetadataStore):
+    """The real SQL store whose barrier writes and active-version writes each wait, once
+    stored, for a gate the test opens: the moments between them are where a replica's
+    refresh and the completing ack interleave."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.barrier_written = threading.Event()
+        self.barrier_gate = threading.Event()
+        self.active_written = threading.Event()
+        self.active_gate = threading.Event()
+        self.gated = False
+
+    def compare_and_set(self, namespace: str, key: str, value: bytes,
+                        expected_version: int | None, fence: Fence | None = None
+                        ) -> int | None:
+        stored = super().compare_and_set(namespace, key, value, expected_version, fence)
+        if self.gated and namespace == BARRIERS:
+            self.barrier_written.set()
+            assert self.barrier_gate.wait(30)
+        return stored
+
+    def put(self, namespace: str, key: str, value: bytes) -> int:
+        stored = super().put(namespace, key, value)
+        if self.gated and namespace == VERSIONS and key == "active":
+            self.active_written.set()
+            assert self.active_gate.wait(30)
+        return stored
+
+
+async def _refresh_completes_first(tmp_path: Path) -> tuple[bool, dict[str, str]]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    upgrade(engine)
+    gated = GatedStore(engine)
+    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(2)),
+                               debounce_s=60, barrier_timeout_s=60)
+    coordinator = Coordinator(config, gated, EmbeddedLeader("r1"), SystemClock())
+    await coordinator.start()
+    try:
+        await coordinator.register("p1", "h1", None)
+        model = await rebalanced(coordinator)
+        gated.gated = True
+        ack = asyncio.create_task(coordinator.ack(model.version, "p1"))
+        # the ack's write stored the barrier done; before the ack goes on, a refresh (the
+        # store's change notice) reads it and records the version, slowly
+        assert await asyncio.to_thread(gated.barrier_written.wait, 30)
+        refresh = asyncio.create_task(coordinator._refresh())
+        assert await asyncio.to_thread(gated.active_written.wait, 30)
+        gated.barrier_gate.set()
+        await asyncio.sleep(0.3)
+        answered_early = ack.done()
+        gated.active_gate.set()
+        assert await asyncio.wait_for(ack, 10) is BarrierState.DONE
+        await asyncio.wait_for(refresh, 10)
+        return answered_early, TaskLocality(gated).read()
+    finally:
+        gated.barrier_gate.set()
+        gated.active_gate.set()
+        await coordinator.stop()
+
+
+def test_the_completing_ack_waits_for_localities_a_refresh_is_recording(
+        tmp_path: Path) -> None:
+    """The barrier's completion may be recorded by a refresh rather than by the ack that
+    completed it (the store notices the barrier write first): that ack still answers only
+    once the localities are stored, never before the refresh has queued them."""
+    answered_early, stored = asyncio.run(_refresh_completes_first(tmp_path))
+    assert not answered_early
+    assert stored == {"Partition 0": "h1", "Partition 1": "h1"}
