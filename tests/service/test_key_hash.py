@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.releases import BEFORE_KEY_HASH, release_source
 from tests.service.conftest import StartServer
 from tests.service.server import Server
 from tests.service.workers import SimWorker, ack_all, offsets_for, settle, wait_for_version
 
 ARGS = ("--input", "kafka.orders:2", "--debounce-ms", "50", "--lease-ttl-ms", "60000")
-#: the last release before the job's key hash: its stores are crc32 jobs
-PREVIOUS_RELEASE = "237d9437591c50ce3e6fafef4065a7c1439682fa"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _scaled_to_2_with_checkpoints(c: httpx.Client) -> dict[str, Any]:
@@ -97,14 +94,7 @@ def test_a_job_without_bucket_history_may_change_its_key_hash(
 @pytest.fixture
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The source of the release before ``keyHash``, from this clone's history."""
-    where = tmp_path_factory.mktemp("previous-release")
-    archive = where / "src.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), PREVIOUS_RELEASE,
-                    "common", "grouping", "checkpoint", "coordinator", "service",
-                    "migrations"], check=True, timeout=60)
-    with tarfile.open(archive) as tar:
-        tar.extractall(where / "src", filter="data")
-    return where / "src"
+    return release_source(BEFORE_KEY_HASH, tmp_path_factory.mktemp("previous-release"))
 
 
 def test_a_store_of_the_previous_release_keeps_crc32(previous_release: Path,

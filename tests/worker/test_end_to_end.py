@@ -49,14 +49,23 @@ class Producing:
         self.total += n
         self.producer.flush(30)
 
+    def send_key(self, key: str, n: int) -> None:
+        """``n`` records of one key (a hot key)."""
+        for _ in range(n):
+            self.producer.produce(self.topic, key=key.encode(),
+                                  value=str(self.seq[key]).encode())
+            self.seq[key] += 1
+        self.total += n
+        self.producer.flush(30)
+
 
 def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
     return read_json_records(kafka.bootstrap, topic)
 
 
 def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
-                 *extra: str, app: str | None = None,
-                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+                 *extra: str, app: str | None = None, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> subprocess.Popen[bytes]:
     log = (tmp / f"{pid}.log").open("ab")
     app = app or ("tests.worker.apps:echo_task" if "--api" in extra
                   else "tests.worker.apps:record_to_topic")
@@ -66,6 +75,7 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
          "--processor-id", pid, "--location", f"host-{pid}", "--spark-master", "local[2]",
          "--max-offsets-per-trigger", "400", *extra],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its JVM in its group
+        cwd=cwd,  # another release's source (its modules first on -m's path)
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output,
              **(env or {})})
 
