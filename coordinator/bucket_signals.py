@@ -13,9 +13,10 @@ partition.
   records (3/4 at F = 2, 5/8 at F = 4; its fair share is 1/F): a hot key. Only that
   bucket's task works on it: a higher factor splits the others, never the key.
 
-One worker reads a whole partition, so each reported partition's counts are complete;
-where two workers report the same partition (each owns some of its buckets), the one
-with more counted records is taken.
+Each bucket is judged against the records its partition had in the batches its own
+reporter counted (``seen``): workers count the buckets they run only (``process_task``),
+and two workers sharing a partition counted over different windows. Where several report
+a bucket (a handover), the report that saw more of the partition is taken.
 """
 
 from __future__ import annotations
@@ -29,17 +30,20 @@ DEFAULT_MIN_RECORDS = 1000
 
 @dataclass(frozen=True, slots=True)
 class PartitionSpread:
-    """One partition's counted records per bucket under ``factor``."""
+    """One partition's counted records per bucket under ``factor`` (None: no report
+    counted the bucket), and per bucket the partition's records its reporter saw."""
 
     system: str
     stream: str
     partition: int
     factor: int
-    counts: tuple[int, ...]
+    counts: tuple[int | None, ...]
+    seen: tuple[int, ...]
 
     @property
     def records(self) -> int:
-        return sum(self.counts)
+        """The most records of the partition any of its buckets' reporters saw."""
+        return max(self.seen, default=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,47 +81,63 @@ class BucketSignals:
 def spreads(stats: Mapping[str, Mapping[str, Any]], factor: int) -> list[PartitionSpread]:
     """Each partition's counts under ``factor`` from the processors' heartbeat stats
     (reports under another factor, or malformed ones, are ignored)."""
-    best: dict[tuple[str, str, int], PartitionSpread] = {}
+    best: dict[tuple[str, str, int], dict[int, tuple[int, int]]] = {}
     for s in stats.values():
         report = s.get("keyBucketCounts")
         if not isinstance(report, Mapping) or report.get("factor") != factor:
             continue
         system = str(report.get("system", "kafka"))
         partitions = report.get("partitions")
+        seen = report.get("seen")
         if not isinstance(partitions, Mapping):
             continue
         for name, counts in partitions.items():
             stream, _, p = str(name).rpartition("/")
             if not stream or not p.isdigit() or not isinstance(counts, list) \
-                    or len(counts) != factor \
-                    or not all(isinstance(n, int) and n >= 0 for n in counts):
+                    or len(counts) != factor or not all(
+                        n is None or (isinstance(n, int) and n >= 0) for n in counts):
                 continue
-            found = PartitionSpread(system, stream, int(p), factor, tuple(counts))
-            key = (system, stream, int(p))
-            if key not in best or found.records > best[key].records:
-                best[key] = found
-    return [best[k] for k in sorted(best)]
+            # (a report without ``seen`` counted every bucket: the sum is what it saw)
+            saw = seen.get(name) if isinstance(seen, Mapping) else None
+            if not isinstance(saw, int) or saw < 0:
+                if None in counts:
+                    continue
+                saw = sum(counts)
+            buckets = best.setdefault((system, stream, int(p)), {})
+            for b, n in enumerate(counts):
+                if n is not None and (b not in buckets or saw > buckets[b][1]):
+                    buckets[b] = (min(n, saw), saw)
+    return [PartitionSpread(system, stream, p, factor,
+                            tuple(found[b][0] if b in found else None for b in range(factor)),
+                            tuple(found[b][1] if b in found else 0 for b in range(factor)))
+            for (system, stream, p), found in sorted(best.items())]
 
 
 def judge(found: list[PartitionSpread], factor: int,
           min_records: int = DEFAULT_MIN_RECORDS) -> BucketSignals:
-    """The empty and hot buckets among ``found`` (partitions with fewer than
-    ``min_records`` counted records are not judged; under factor 1 nothing is)."""
+    """The empty and hot buckets among ``found``: a bucket is judged once its reporter
+    saw ``min_records`` of its partition (under factor 1 nothing is)."""
     if factor <= 1:
         return BucketSignals(factor, 0)
-    judged = [s for s in found if s.records >= min_records]
     hot_share = (1 + 1 / factor) / 2
     empty, hot = [], []
-    for s in judged:
+    judged = 0
+    for s in found:
         where = {"system": s.system, "stream": s.stream, "partition": s.partition,
                  "records": s.records}
-        zeros = [b for b, n in enumerate(s.counts) if n == 0]
+        ready = [b for b in range(factor)
+                 if s.counts[b] is not None and s.seen[b] >= min_records]
+        if not ready:
+            continue
+        judged += 1
+        zeros = [b for b in ready if s.counts[b] == 0]
         if zeros:
             empty.append({**where, "emptyBuckets": zeros})
-        for b, n in enumerate(s.counts):
-            if n >= hot_share * s.records:
-                hot.append({**where, "keyBucket": b, "share": round(n / s.records, 3)})
-    return BucketSignals(factor, len(judged), empty, hot)
+        for b in ready:
+            n = s.counts[b] or 0
+            if n >= hot_share * s.seen[b]:
+                hot.append({**where, "keyBucket": b, "share": round(n / s.seen[b], 3)})
+    return BucketSignals(factor, judged, empty, hot)
 
 
 def bucket_signals(stats: Mapping[str, Mapping[str, Any]], factor: int,

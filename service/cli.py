@@ -722,9 +722,10 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
     w.add_argument("--bucket-sample-interval-ms", type=int, default=10_000,
-                   help="count one batch's records per key bucket this often (one small "
-                        "Spark job), for the coordinator's empty- and hot-bucket signals "
-                        "(0: never)")
+                   help="process_batch apps: count one batch's records per key bucket "
+                        "this often (one small Spark job; process_task apps count every "
+                        "batch as it runs, at no cost), for the coordinator's empty- and "
+                        "hot-bucket signals (0: never, either API)")
     w.add_argument("--stateful", action="store_true",
                    help="process_task keeps per-key state (ctx.state) in RocksDB under "
                         "--state-dir, backed up to --blob-store and restored where tasks go")

@@ -70,6 +70,44 @@ def test_the_fuller_report_of_a_partition_read_by_two_workers_wins() -> None:
     assert judge(spreads(stats, 2), 2).empty == []
 
 
+def _owned(factor: int, partitions: dict[str, list[int | None]], seen: dict[str, int]
+           ) -> dict[str, Any]:
+    """A ``process_task`` worker's report: the buckets it runs, and what it saw."""
+    report = _report(factor, partitions)  # type: ignore[arg-type]
+    report["keyBucketCounts"]["seen"] = seen
+    return report
+
+
+def test_workers_sharing_a_partition_are_merged_bucket_by_bucket() -> None:
+    """Each worker counts the buckets it runs; each bucket is judged against what its
+    own worker saw of the partition."""
+    stats = {"w1": _owned(4, {"t/0": [0, 700, None, None]}, {"t/0": 1400}),
+             "w2": _owned(4, {"t/0": [None, None, 650, 0]}, {"t/0": 1300})}
+    [spread] = spreads(stats, 4)
+    assert spread.counts == (0, 700, 650, 0) and spread.seen == (1400, 1400, 1300, 1300)
+    found = judge([spread], 4)
+    assert found.empty[0]["emptyBuckets"] == [0, 3] and found.hot == []
+
+
+def test_a_bucket_whose_worker_saw_little_is_not_judged() -> None:
+    """A worker that just got bucket 3 has seen 20 of the partition's records and none
+    of them in its bucket: not empty, though the other worker saw thousands."""
+    stats = {"w1": _owned(4, {"t/0": [1000, 1000, 1000, None]}, {"t/0": 4000}),
+             "w2": _owned(4, {"t/0": [None, None, None, 0]}, {"t/0": 20})}
+    found = judge(spreads(stats, 4), 4)
+    assert found.partitions == 1 and found.empty == [] and found.hot == []
+    # a handover: the bucket's report that saw more of the partition is taken
+    stats["w3"] = _owned(4, {"t/0": [None, None, None, 900]}, {"t/0": 3900})
+    assert [s.counts for s in spreads(stats, 4)] == [(1000, 1000, 1000, 900)]
+
+
+def test_a_hot_bucket_is_judged_against_its_own_workers_window() -> None:
+    stats = {"w1": _owned(2, {"t/0": [9000, None]}, {"t/0": 10000}),
+             "w2": _owned(2, {"t/0": [None, 100]}, {"t/0": 1000})}
+    found = judge(spreads(stats, 2), 2)
+    assert [(h["keyBucket"], h["share"]) for h in found.hot] == [(0, 0.9)]
+
+
 @given(st.sampled_from([2, 4, 8, 16]), st.integers(1000, 5000), st.integers(0, 2**32))
 def test_a_uniform_spread_is_never_flagged(factor: int, n: int, seed: int) -> None:
     rng = random.Random(seed)  # (hypothesis's own randoms may be degenerate streams)

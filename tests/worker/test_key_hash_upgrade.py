@@ -87,7 +87,7 @@ def test_a_previous_release_job_keeps_crc32_its_state_splits_and_merges_and_its_
     # this release on the same store and state folder
     new = Server(data, [*args, "--bucket-signal-min-records", "100"], env=dict(os.environ))
     new.start()
-    workers = [worker(new.url, "--bucket-sample-interval-ms", "1")]
+    workers = [worker(new.url)]
     try:
         with new.client() as c:
             assert c.get("/scale").json()["keyHash"] == "crc32"

@@ -20,7 +20,7 @@ from grouping.key_hash import KeyHash
 from tests.grouping.partitioners import crc32
 from worker.plan import QueryPlan, Skip, SspStart
 from worker.runtime import BatchContext, TaskContext, place_tasks, run_tasks, spark_session
-from worker.runtime.bucket_counts import BucketCounts, count_buckets
+from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, owned_counts
 from worker.runtime.spark import FS_CHECKPOINTS
 from worker.runtime.task_api import placed_by_reads
 
@@ -192,10 +192,38 @@ def test_bucket_counts_of_a_default_partitioned_topic_show_empty_buckets_only_fo
     plan = QueryPlan(1, 4, (), key_hash=key_hash)
     counts = BucketCounts(1.0, clock=lambda: 0.0)
     assert counts.due(4) and not counts.due(1)
-    counts.add(plan, count_buckets(spark.createDataFrame(rows, SCHEMA), plan))
+    counted = count_buckets(spark.createDataFrame(rows, SCHEMA), plan)
+    counts.add(plan, counted, {k: sum(v.values()) for k, v in counted.items()})
     report = counts.report()
     assert report is not None and report["factor"] == 4
     assert sum(map(sum, report["partitions"].values())) == len(keys)
     found = bucket_signals({"w1": {"keyBucketCounts": report}}, 4)
     assert sum(len(e["emptyBuckets"]) for e in found.empty) == empty
     assert found.partitions == 4 and not counts.due(4)  # the next one after the interval
+
+
+def test_tasks_count_their_rows_in_the_batchs_own_spark_job(spark: SparkSession) -> None:
+    """``process_task`` workers' key-bucket counts: each Spark task adds its tasks' rows
+    to an accumulator as it runs them, in the one job that processes the batch."""
+    rows = spark.sparkContext.accumulator({}, TaskRows())
+
+    def jobs(counted: bool) -> int:
+        ctx = BatchContext("w1", 5, 0, spark, tuple(TASKS),
+                           task_rows=rows if counted else None)
+        group = f"counted-{counted}-{time.monotonic_ns()}"
+        spark.sparkContext.setJobGroup(group, "a batch")
+        try:
+            run_tasks(batch(spark, rows_per_task=30), echo, ctx).collect()
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+    assert jobs(True) == jobs(False)  # no Spark job of its own
+    assert rows.value == dict.fromkeys(TASKS, 30)
+    # the plan's tasks: partition 0's buckets 0 and 1 (bucket 1's rows are another
+    # worker's here); partition 1 had no records in the batch
+    plan = QueryPlan(5, 4, tuple(SspStart(f"Partition 0_{b}_4", "orders", 0, b, 0)
+                                 for b in (0, 1)))
+    assert owned_counts(plan, {"Partition 0_0_4": 30}, {("orders", 0)}) == {
+        ("orders", 0): {0: 30, 1: 0}}
+    assert owned_counts(plan, {"Partition 0_0_4": 30}, {("orders", 1)}) == {}

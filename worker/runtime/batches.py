@@ -50,7 +50,7 @@ from worker.running import (
     rewound,
 )
 from worker.runtime.boundary import BatchBoundary
-from worker.runtime.bucket_counts import BucketCounts, count_buckets
+from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, owned_counts
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.task_api import placed_by_reads
 from worker.source_plan import split_key
@@ -90,7 +90,8 @@ class BatchRunner:
                  placement: Placement | None = None,
                  bucket_counts: BucketCounts | None = None) -> None:
         self._spark = spark
-        self._buckets = bucket_counts  # how partitions spread over buckets, sampled
+        self._buckets = bucket_counts  # how partitions spread over buckets, counted
+        self._rows_counted: Any = None  # the accumulator of rows per task (made at first)
         self._process = process
         self._client = client
         self._states = states
@@ -289,8 +290,9 @@ class BatchRunner:
             if persisted:  # the batch read twice: once for its ends, once processed
                 batch.persist()
             try:
-                ends, gens, read, readers = ranges if ranges is not None else (
+                ends, gens, per_partition, readers = ranges if ranges is not None else (
                     *_measured(batch, plan.system == "kinesis"), 0)
+                read = sum(per_partition.values())
                 self.read = read_after(self.read, ends, gens)
                 now = self._guarded(batch_id, for_batch(plan, gens, self._done))
                 waiting = {(s.topic, s.partition) for s in plan.starts} - {
@@ -304,13 +306,19 @@ class BatchRunner:
                 if not now.starts:
                     trace.debug("batch %d v%d read %s | no key space at its generation",
                                 batch_id, plan.version, _traced_ranges(self._ranges_read, ends))
-                if self._buckets is not None and now.starts and self._buckets.due(now.factor):
+                counting = bool(self._buckets is not None and now.starts
+                                and self._buckets.due(now.factor))
+                if counting and self._buckets is not None and not self._buckets.in_tasks:
                     try:  # an observation: its failure must never fail the batch
-                        self._buckets.add(now, count_buckets(batch, now))
+                        counted = count_buckets(batch, now)
+                        self._buckets.add(now, counted, {k: sum(v.values())
+                                                         for k, v in counted.items()})
                     except Exception as e:
                         log.warning("batch %d: key buckets not counted: %s", batch_id, e)
-                cut_short = self._run(batch, batch_id, now, ends, readers) if now.starts \
-                    else False
+                in_tasks = counting and self._buckets is not None and self._buckets.in_tasks
+                cut_short = self._run(batch, batch_id, now, ends, readers,
+                                      per_partition if in_tasks else None) \
+                    if now.starts else False
             finally:
                 if persisted:
                     batch.unpersist()
@@ -357,10 +365,10 @@ class BatchRunner:
         self.boundary.queue(lambda: None)  # published as this batch ends
         return only(now, {s.task for s in now.starts} - {s.task for s in past})
 
-    def _ranges(self, batch_id: int) -> tuple[Ends, Ends, int, int] | None:
-        """A Kafka batch's ends, generations, records and the Spark tasks reading it,
-        from the source's offsets (``worker.kafka_source``): no Spark job for them (None:
-        unreadable)."""
+    def _ranges(self, batch_id: int) -> tuple[Ends, Ends, Ends, int] | None:
+        """A Kafka batch's ends, generations, records per partition and the Spark tasks
+        reading it, from the source's offsets (``worker.kafka_source``): no Spark job for
+        them (None: unreadable)."""
         found = self._batch_offsets(batch_id)
         self._planned_under = None
         self._ranges_read = {}
@@ -371,14 +379,14 @@ class BatchRunner:
         self._planned_under = int(found.get("v") or 0)
         ends: Ends = {}
         gens: Ends = {}
-        read = 0
+        records: Ends = {}
         for key, r in found["p"].items():
             start, end = int(r["from"]), int(r["to"])
             if end > start:
                 ends[split_key(key)] = end
                 gens[split_key(key)] = int(r["g"])
-                read += end - start
-        return ends, gens, read, readers_of(found)
+                records[split_key(key)] = end - start
+        return ends, gens, records, readers_of(found)
 
     def _resize(self, records: int, started: float, ended: float) -> None:
         """Steer the next batches' size on the last batch (``records`` 0: this one is not
@@ -411,8 +419,11 @@ class BatchRunner:
             self._set_limit(limit)
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
-             ends: dict[tuple[str, int], int], readers: int) -> bool:
-        """Process and commit the batch for ``plan``; whether it was cut short."""
+             ends: dict[tuple[str, int], int], readers: int,
+             count_buckets_of: Ends | None = None) -> bool:
+        """Process and commit the batch for ``plan``; whether it was cut short. With
+        ``count_buckets_of`` (the batch's records per partition) its tasks count their
+        rows as they run them, for the key-bucket counts."""
         states = self._states
         columns = KINESIS_COLUMNS if plan.system == "kinesis" else COLUMNS
         # on a cluster master each task's state is kept by the executor that runs it,
@@ -443,15 +454,20 @@ class BatchRunner:
             remote.plan(batch_id, checkpoint_id, tasks)
         output: list[Any] = []
         beside: Left | None = None  # the reports the signals' channel carried
+        task_rows = self._task_rows() if count_buckets_of is not None else None
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
                 str(states.state_dir) if states and remote is None else None,
                 checkpoint_id, placed, cut, executor_state,
-                output.append if self.transactions is not None else None))
+                output.append if self.transactions is not None else None, task_rows))
         finally:
             if cut is not None:
                 beside = self._uncut(batch_id)
+        if task_rows is not None and count_buckets_of is not None \
+                and self._buckets is not None:
+            self._buckets.add(plan, owned_counts(plan, task_rows.value, set(count_buckets_of)),
+                              count_buckets_of)
         if remote is not None and checkpoint_id is not None:
             remote.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
         left = of_batch(self._reports.value, batch_id) if cut is not None else {}
@@ -495,6 +511,13 @@ class BatchRunner:
         except (Fenced, LeaseLost) as e:
             self._refused(e)
         return bool(left)
+
+    def _task_rows(self) -> Any:
+        """The accumulator a batch's tasks add their rows per task to, emptied."""
+        if self._rows_counted is None:
+            self._rows_counted = self._spark.sparkContext.accumulator({}, TaskRows())
+        self._rows_counted.value = {}
+        return self._rows_counted
 
     def _cut_plan(self, batch_id: int) -> CutPlan | None:
         """Batch ``batch_id``'s cut plan (None: the worker has no channel for signals).
@@ -550,8 +573,9 @@ class BatchRunner:
         return {"consumerLag": lag}
 
 
-def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, int]:
-    """A batch's ends, generations and records, by a Spark job over its rows."""
+def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, Ends]:
+    """A batch's ends, generations and records per partition, by a Spark job over its
+    rows."""
     per = batch.groupBy("topic", "partition").agg(
         (F.max("offsetKey") if kinesis else F.max("offset") + 1).alias("end"),
         F.min("gen").alias("gen"), F.count("*").alias("n")).collect()
@@ -559,7 +583,7 @@ def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, int]:
     # an end-of-shard marker's, endingSequenceNumber + 1)
     ends = {(r["topic"], r["partition"]): int(r["end"]) + (1 if kinesis else 0) for r in per}
     gens = {(r["topic"], r["partition"]): int(r["gen"]) for r in per}
-    return ends, gens, sum(int(r["n"]) for r in per)
+    return ends, gens, {(r["topic"], r["partition"]): int(r["n"]) for r in per}
 
 
 def _traced_ranges(ranges: dict[str, Any], ends: Ends) -> str:

@@ -61,8 +61,10 @@ class WorkerConfig:
     # a cluster worker whose location was not named (``--location``): each task's
     # executor host is reported as where the task is (the heartbeat stat ``taskHosts``)
     task_hosts: bool = False
-    # how often a batch's records are counted per key bucket (``keyBucketCounts`` in the
-    # heartbeats: the leader's empty- and hot-bucket signals); 0: never
+    # how often ``process_batch`` workers count a batch's records per key bucket (one
+    # Spark job; ``process_task`` workers count every batch as they run it), for
+    # ``keyBucketCounts`` in the heartbeats (the leader's empty- and hot-bucket
+    # signals); 0: never, either API
     bucket_sample_interval_s: float = 10.0
 
 
@@ -89,6 +91,9 @@ class BatchContext:
     # exactly-once output: the batch's output (an Arrow table of ``key``, ``value``) is
     # handed here, to be written with the batch's commit, instead of written to Kafka
     collect: Callable[[Any], None] | None = None
+    # a pyspark Accumulator the Spark tasks add their rows per task name to
+    # (``worker.runtime.bucket_counts.TaskRows``: the key-bucket counts), or None
+    task_rows: Any = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -57,7 +58,7 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
     placed = df if ctx.tasks_placed else place_tasks(df, ctx)
     return placed.mapInPandas(
         _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id,
-                          ctx.cut, ctx.executor_state),
+                          ctx.cut, ctx.executor_state, ctx.task_rows),
         OUTPUT_SCHEMA)
 
 
@@ -105,6 +106,7 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                       state_dir: str | None = None, checkpoint_id: str | None = None,
                       cut: CutPlan | None = None,
                       executor_state: ExecutorStatePlan | None = None,
+                      rows_counted: Any = None,
                       ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         frames = [b for b in batches if len(b)]
@@ -117,6 +119,8 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
             ["partition", order], kind="stable",
             key=lambda c: c.str.zfill(128) if c.name == "sequenceNumber" else c))
             for name, unordered in rows.groupby("taskName", sort=True)]
+        if rows_counted is not None:  # the key-bucket counts: no Spark job of their own
+            rows_counted.add({name: len(these) for name, these in tasks})
         if cut is not None:
             yield from _pieces(fn, processor_id, version, state_dir, checkpoint_id, cut,
                                tasks, executor_state)

@@ -88,7 +88,8 @@ class Worker:
                                          planned))
             # (pinned tasks read their own ranges: no batch read planned for them)
             if config.kafka_reader == "jvm" and self._placement is None else None,
-            self._placement, BucketCounts(config.bucket_sample_interval_s))
+            self._placement, BucketCounts(config.bucket_sample_interval_s,
+                                          in_tasks=config.api == "task"))
         self._keeper: StateKeeper | None = None
         self._left = False
 

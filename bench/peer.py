@@ -1,0 +1,391 @@
+"""Coxswain against plain Spark Structured Streaming on the same job (issue #48): one real
+Kafka broker, an input topic of 2 partitions written by confluent-kafka's default
+partitioner, the same Python function on both sides (``process_task`` for Coxswain,
+``mapInPandas`` or ``transformWithStateInPandas`` for Spark), the same Spark master.
+
+Jobs:
+
+* ``zero``: no work per record (each record passed through);
+* ``sleep``: 2 ms of waiting per record (an external call);
+* ``count``: a counter per key (Coxswain's ``ctx.state``; Spark's
+  ``transformWithStateInPandas`` on its RocksDB state store provider), one output record
+  per input record carrying the key's count; every run checks the final counts.
+
+Throughput: a backlog of ``--records`` records is read from the start; records/s from the
+first output record's append time to the last's (start-up and the first batch's planning
+excluded for both). Latency (``--latency``): records produced at ``--latency-rate``/s for
+``--latency-seconds``, each carrying its produce time; a record's latency is its output's
+append time minus that (the first fifth of the run, the warm-up, not counted).
+
+Each measure is taken ``--runs`` times, the two systems alternated, and the median
+printed with the ratio Coxswain / plain Spark. Coxswain runs on its defaults (Python
+reader, the default batch target) unless ``--worker-args`` says otherwise; plain Spark on
+its default trigger, ``spark.sql.shuffle.partitions`` set to the master's cores (what a
+user of a 2-core job sets; 200 partitions would slow it for nothing).
+
+Run: python -m bench.peer [--jobs zero sleep count] [--records 100000] [--runs 3]
+     [--master local[2]] [--factors 1] [--latency] [--latency-rate 300]
+Goals (#48): Coxswain F=1 >= 1.0x plain Spark on zero and sleep, ``ctx.state`` >= 1.0x
+on count; latency p50 and p99 within 1.5x of plain Spark's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench.elasticity import topics
+from service.local.kafka import LocalKafka
+from service.local.ports import stop_process_group
+from tests.service.server import Server
+
+SLEEP_S = 0.002
+JOBS = ("zero", "sleep", "count")
+
+
+# -- the job's function, on both sides (values are b"<seq> <produced at>")
+
+def _passed(keys: Any, values: Any, sleep: bool) -> pd.DataFrame:
+    if sleep:
+        for _ in range(len(values)):
+            time.sleep(SLEEP_S)
+    return pd.DataFrame({"key": list(keys), "value": list(values)})
+
+
+def zero_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
+    return _passed(rows["key"], rows["value"], False)
+
+
+def sleep_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
+    return _passed(rows["key"], rows["value"], True)
+
+
+def count_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    for k, v in zip(rows["key"], rows["value"], strict=True):
+        count = ctx.state.get(k, "count", 0) + 1
+        ctx.state.set(k, "count", count)
+        out.append(v + b" " + str(count).encode())
+    return pd.DataFrame({"key": list(rows["key"]), "value": out})
+
+
+def _plain_zero(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for rows in batches:
+        yield _passed(rows["key"], rows["value"], False)
+
+
+def _plain_sleep(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for rows in batches:
+        yield _passed(rows["key"], rows["value"], True)
+
+
+def _plain_counter() -> Any:
+    """Spark's stateful processor counting per key (made where pyspark is imported)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Counter(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.count = handle.getValueState("count", "c long")
+
+        def handleInputRows(self, key: Any, rows: Any,  # noqa: N802 (Spark's names)
+                            timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
+            count = self.count.get()[0] if self.count.exists() else 0
+            keys: list[bytes] = []
+            values: list[bytes] = []
+            for frame in rows:
+                for k, v in zip(frame["key"], frame["value"], strict=True):
+                    count += 1
+                    keys.append(bytes(k))
+                    values.append(bytes(v) + b" " + str(count).encode())
+            self.count.update((count,))
+            yield pd.DataFrame({"key": keys, "value": values})
+
+        def close(self) -> None:
+            pass
+
+    return Counter()
+
+
+# -- input and output
+
+def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int) -> dict[bytes, int]:
+    """``n`` records over ``keys`` keys (the default partitioner); records per key."""
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True,
+                  "acks": "all", "linger.ms": 20, "log_level": 2})
+    per_key: dict[bytes, int] = defaultdict(int)
+    for i in range(n):
+        key = f"user-{i * 7919 % keys}".encode()
+        p.produce(topic, key=key, value=f"{per_key[key]} {time.time():.6f}".encode())
+        per_key[key] += 1
+        if i % 10000 == 0:
+            p.poll(0)
+    p.flush(60)
+    return dict(per_key)
+
+
+def produce_at(kafka: LocalKafka, topic: str, rate: float, seconds: float,
+               stop: threading.Event) -> int:
+    """Records at ``rate``/s for ``seconds``, each stamped as it is produced."""
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 0,
+                  "log_level": 2})
+    started = time.monotonic()
+    sent = 0
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * rate)
+        if (time.monotonic() - started) >= seconds:
+            break
+        while sent < due:
+            key = f"user-{sent * 7919 % 1000}".encode()
+            p.produce(topic, key=key, value=f"{sent} {time.time():.6f}".encode())
+            sent += 1
+        p.poll(0)
+        time.sleep(0.002)
+    p.flush(30)
+    return sent
+
+
+def read_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 900
+                ) -> list[tuple[float, bytes, bytes]]:
+    """(append time in s, key, value) of ``n`` output records."""
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                  "log_level": 2})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[float, bytes, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            for msg in c.consume(10000, 1.0):
+                if msg.error() is None:
+                    out.append((msg.timestamp()[1] / 1000, msg.key() or b"",
+                                msg.value() or b""))
+    finally:
+        c.close()
+    if len(out) < n:
+        raise RuntimeError(f"only {len(out)} of {n} records came out")
+    return out
+
+
+@dataclass(frozen=True)
+class Measured:
+    rate: float = 0.0  # records/s, first output to last
+    p50_ms: float = 0.0
+    p95_ms: float = 0.0
+    p99_ms: float = 0.0
+
+
+def throughput(out: list[tuple[float, bytes, bytes]], job: str,
+               per_key: dict[bytes, int]) -> Measured:
+    """Records/s; a count job's final counts checked (duplicates allowed, never a wrong
+    or missing count)."""
+    times = sorted(t for t, _, _ in out)
+    if job == "count":
+        final: dict[bytes, int] = {}
+        for _, k, v in out:
+            seq, _, count = v.split(b" ")
+            if int(count) != int(seq) + 1:
+                raise AssertionError(f"key {k!r}: count {count!r} at seq {seq!r}")
+            final[k] = max(final.get(k, 0), int(count))
+        if final != per_key:
+            raise AssertionError("final counts differ from the records per key")
+    return Measured(rate=len(out) / max(0.001, times[-1] - times[0]))
+
+
+def latencies(out: list[tuple[float, bytes, bytes]]) -> Measured:
+    """Percentiles of output append time minus produce time, warm-up (the first fifth
+    of the records by produce time) left out."""
+    stamped = sorted((float(v.split(b" ")[1]), t) for t, _, v in out)
+    kept = stamped[len(stamped) // 5:]
+    ms = sorted(max(0.0, (t - p) * 1000) for p, t in kept)
+
+    def pct(q: float) -> float:
+        return ms[min(len(ms) - 1, int(q * len(ms)))]
+
+    return Measured(p50_ms=pct(0.50), p95_ms=pct(0.95), p99_ms=pct(0.99))
+
+
+# -- the two systems
+
+def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: int,
+                 tmp: Path, worker_args: list[str], produce: Any) -> tuple[Any, Path]:
+    """Runs ``produce(out_topic)`` (-> its result) while a coordinator and one worker run
+    ``job``; returns the result and the worker's log."""
+    out_topic = f"out-{uuid.uuid4().hex[:8]}"
+    topics(kafka, (out_topic, 1))
+    data = tmp / f"coxswain-{uuid.uuid4().hex[:6]}"
+    data.mkdir()
+    stateful = ["--stateful"] if job == "count" else []
+    server = Server(data, ["--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{source}",
+                           "--elasticity-factor", str(factor), "--debounce-ms", "100",
+                           "--log-level", "WARNING", *stateful]).start()
+    state = ["--state-dir", str(data / "state"), "--blob-store",
+             f"file://{data / 'blobs'}"] if stateful else []
+    log = data / "worker.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
+         "--api", "task", "--app", f"bench.peer:{job}_task", "--output-topic", out_topic,
+         "--kafka-bootstrap", kafka.bootstrap, "--spark-master", master,
+         "--processor-id", "w0", *stateful, *state, *worker_args],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return produce(out_topic), log
+    finally:
+        stop_process_group(worker, grace_s=60)
+        server.stop()
+
+
+def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
+              produce: Any) -> Any:
+    """Runs ``produce(out_topic)`` while a plain Spark query runs ``job``."""
+    from pyspark.sql import SparkSession
+
+    from worker.jars import connector_jars
+
+    out_topic = f"out-{uuid.uuid4().hex[:8]}"
+    topics(kafka, (out_topic, 1))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    cores = re.fullmatch(r"local\[(\d+)\]", master)
+    spark = (SparkSession.builder.master(master).appName("plain")
+             .config("spark.jars", ",".join(str(p) for p in connector_jars()))
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", cores.group(1) if cores else "8")
+             .config("spark.sql.streaming.stateStore.providerClass",
+                     "org.apache.spark.sql.execution.streaming.state."
+                     "RocksDBStateStoreProvider")
+             .getOrCreate())
+    try:
+        df = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", kafka.bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest").load()
+              .select("key", "value"))
+        schema = "key binary, value binary"
+        if job == "count":
+            df = df.groupBy("key").transformWithStateInPandas(
+                _plain_counter(), schema, "Update", "None")
+        else:
+            df = df.mapInPandas(_plain_zero if job == "zero" else _plain_sleep, schema)
+        query = (df.writeStream.format("kafka")
+                 .option("kafka.bootstrap.servers", kafka.bootstrap)
+                 .option("topic", out_topic).outputMode("update")
+                 .option("checkpointLocation", str(tmp / f"plain-{uuid.uuid4().hex[:6]}"))
+                 .start())
+        try:
+            return produce(out_topic)
+        finally:
+            query.stop()
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS))
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--sleep-records", type=int, default=8000,
+                        help="the backlog of the 2 ms job")
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--factors", type=int, nargs="+", default=[1])
+    parser.add_argument("--latency", action="store_true",
+                        help="also measure latency at --latency-rate records/s")
+    parser.add_argument("--latency-rate", type=float, default=300.0)
+    parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--worker-args", default="",
+                        help="more arguments for `coxswain worker` (one string)")
+    args = parser.parse_args()
+    worker_args = shlex.split(args.worker_args)
+    kafka = LocalKafka.create().start()
+    results: dict[str, list[Measured]] = defaultdict(list)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            for job in args.jobs:
+                n = args.sleep_records if job == "sleep" else args.records
+                source = f"in-{uuid.uuid4().hex[:8]}"
+                topics(kafka, (source, 2))
+                per_key = produce_backlog(kafka, source, n, args.keys)
+
+                def backlog(out_topic: str, job: str = job, n: int = n,
+                            per_key: dict[bytes, int] = per_key) -> Measured:
+                    return throughput(read_output(kafka, out_topic, n), job, per_key)
+
+                for run in range(args.runs):  # alternated: drift hits both alike
+                    found = run_plain(kafka, source, job, args.master, tmp, backlog)
+                    results[f"{job} plain"].append(found)
+                    print(f"  {job} plain Spark run {run + 1}: {found.rate:,.0f} rec/s",
+                          flush=True)
+                    for factor in args.factors:
+                        found, _ = run_coxswain(kafka, source, job, args.master, factor,
+                                                  tmp, worker_args, backlog)
+                        results[f"{job} F={factor}"].append(found)
+                        print(f"  {job} Coxswain F={factor} run {run + 1}: "
+                              f"{found.rate:,.0f} rec/s", flush=True)
+            if args.latency:
+                for run in range(args.runs):
+                    for system in ["plain", *(f"F={f}" for f in args.factors)]:
+                        source = f"in-{uuid.uuid4().hex[:8]}"
+                        topics(kafka, (source, 2))
+                        stop = threading.Event()
+
+                        def timed(out_topic: str, source: str = source,
+                                  stop: threading.Event = stop) -> Measured:
+                            sent = produce_at(kafka, source, args.latency_rate,
+                                              args.latency_seconds, stop)
+                            return latencies(read_output(kafka, out_topic, sent))
+
+                        if system == "plain":
+                            found = run_plain(kafka, source, "zero", args.master, tmp, timed)
+                        else:
+                            found, _ = run_coxswain(kafka, source, "zero", args.master,
+                                                    int(system[2:]), tmp, worker_args, timed)
+                        results[f"latency {system}"].append(found)
+                        print(f"  latency {system} run {run + 1}: p50 {found.p50_ms:.0f} "
+                              f"p95 {found.p95_ms:.0f} p99 {found.p99_ms:.0f} ms", flush=True)
+    finally:
+        kafka.destroy()
+    print(f"load average at end: {os.getloadavg()}")
+    print(f"\nmedians of {args.runs} runs, master {args.master}, "
+          f"worker args {args.worker_args or '(defaults)'}")
+    print("| job | plain Spark rec/s | Coxswain | rec/s | x plain |")
+    print("|---|---|---|---|---|")
+    for job in args.jobs:
+        base = statistics.median(m.rate for m in results[f"{job} plain"])
+        for factor in args.factors:
+            rate = statistics.median(m.rate for m in results[f"{job} F={factor}"])
+            print(f"| {job} | {base:,.0f} | F={factor} | {rate:,.0f} | {rate / base:.2f} |")
+    if args.latency:
+        print(f"\n| latency at {args.latency_rate:g} rec/s | p50 ms | p95 ms | p99 ms "
+              "| x plain p50 | x plain p99 |")
+        print("|---|---|---|---|---|---|")
+        plain = results["latency plain"]
+        b50 = statistics.median(m.p50_ms for m in plain)
+        b99 = statistics.median(m.p99_ms for m in plain)
+        for system in ["plain", *(f"F={f}" for f in args.factors)]:
+            found = results[f"latency {system}"]
+            p50 = statistics.median(m.p50_ms for m in found)
+            p95 = statistics.median(m.p95_ms for m in found)
+            p99 = statistics.median(m.p99_ms for m in found)
+            print(f"| {system} | {p50:.0f} | {p95:.0f} | {p99:.0f} | "
+                  f"{p50 / max(b50, 1e-9):.2f} | {p99 / max(b99, 1e-9):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
