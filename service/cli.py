@@ -721,7 +721,7 @@ def parser() -> argparse.ArgumentParser:
                         "handover waits for the batch in flight)")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
-    w.add_argument("--bucket-sample-interval-ms", type=int, default=10_000,
+    w.add_argument("--bucket-sample-interval-ms", type=int, default=30_000,
                    help="process_batch apps: count one batch's records per key bucket "
                         "this often (one small Spark job; process_task apps count every "
                         "batch as it runs, at no cost), for the coordinator's empty- and "

@@ -171,7 +171,7 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
                              "--lease-ttl-ms", "20000", "--bucket-signal-min-records", "100")
     # w1 reads with Spark's Kafka connector: tasks move between the two readers. Their
     # ``process_batch`` app gets no per-task counting: every batch's buckets are counted
-    # by a Spark job of their own here (10 s apart by default)
+    # by a Spark job of their own here (30 s apart by default)
     counted = ("--bucket-sample-interval-ms", "1")
     workers = [start_worker(tmp_path, server.url, kafka, output, "w0", *counted),
                start_worker(tmp_path, server.url, kafka, output, "w1", "--kafka-reader", "jvm",

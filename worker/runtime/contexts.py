@@ -65,7 +65,7 @@ class WorkerConfig:
     # Spark job; ``process_task`` workers count every batch as they run it), for
     # ``keyBucketCounts`` in the heartbeats (the leader's empty- and hot-bucket
     # signals); 0: never, either API
-    bucket_sample_interval_s: float = 10.0
+    bucket_sample_interval_s: float = 30.0
 
 
 @dataclass(frozen=True)
