@@ -35,6 +35,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,7 @@ from tests.service.server import Server
 
 SLEEP_S = 0.002
 JOBS = ("zero", "sleep", "count")
+LOGS: Path | None = None  # --logs: where the workers' logs are kept
 
 
 # -- the job's function, on both sides (values are b"<seq> <produced at>")
@@ -132,7 +134,13 @@ def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int) -> dict[by
     per_key: dict[bytes, int] = defaultdict(int)
     for i in range(n):
         key = f"user-{i * 7919 % keys}".encode()
-        p.produce(topic, key=key, value=f"{per_key[key]} {time.time():.6f}".encode())
+        value = f"{per_key[key]} {time.time():.6f}".encode()
+        while True:
+            try:
+                p.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.1)
         per_key[key] += 1
         if i % 10000 == 0:
             p.poll(0)
@@ -248,6 +256,9 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
     finally:
         stop_process_group(worker, grace_s=60)
         server.stop()
+        if LOGS is not None:  # kept for a look at its batches
+            LOGS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(log, LOGS / f"{job}-f{factor}-{data.name}.log")
 
 
 def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
@@ -309,7 +320,11 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--worker-args", default="",
                         help="more arguments for `coxswain worker` (one string)")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep each Coxswain worker's log in this folder")
     args = parser.parse_args()
+    global LOGS  # noqa: PLW0603 (a bench's command-line switch)
+    LOGS = args.logs
     worker_args = shlex.split(args.worker_args)
     kafka = LocalKafka.create().start()
     results: dict[str, list[Measured]] = defaultdict(list)

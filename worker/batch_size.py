@@ -45,6 +45,14 @@ MAX_FIXED_SHARE = 0.5
 #: one batch changes the limit by at most this factor either way (one outlier, a pause
 #: or a burst, moves it little)
 MAX_STEP = 2.0
+#: a full batch that took less than this share of the steered duration is far from it
+#: (a backlog's first batches): the limit grows straight to the estimate, by at most
+#: :data:`MAX_GROWTH`. The estimate counts the batch's fixed cost as its records' cost,
+#: so on ``a + b * records`` it is at most the right size: no overshoot to damp. Doubling
+#: from the first limit took 9 batches of ~0.5 s fixed cost each to reach an 8 s batch
+#: of a 0-work job (bench/peer.py); this takes 4
+RAMP_SHARE = 0.5
+MAX_GROWTH = 8.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,20 +105,26 @@ def fixed_cost(samples: tuple[tuple[int, float], ...]) -> float | None:
     return min(max(0.0, my - b * mx), *ys)
 
 
-def after_batch(size: BatchSize, records: int, seconds: float) -> BatchSize:
-    """The size after a batch of ``records`` took ``seconds``."""
+def after_batch(size: BatchSize, records: int, seconds: float,
+                read_under: int | None = None) -> BatchSize:
+    """The size after a batch of ``records`` took ``seconds``, read under the limit
+    ``read_under`` (default: the current one; a batch is measured once the next one
+    started, which a new limit may already steer)."""
     if records <= 0 or seconds <= 0 or not math.isfinite(seconds):
         return size
-    full = records >= FULL * size.limit
+    full = records >= FULL * (size.limit if read_under is None else read_under)
     samples = (*size.samples, (records, seconds))[-WINDOW:] if full else size.samples
     fitted = fixed_cost(samples)
     fixed = size.fixed_s if fitted is None else fitted
     steering = max(size.target_s, fixed / MAX_FIXED_SHARE)
     estimate = records * steering / seconds
-    wanted = math.sqrt(size.limit * estimate)
-    if not full:  # a batch the source could not fill: only evidence for bigger ones
-        wanted = max(size.limit, wanted)
-    wanted = min(max(wanted, size.limit / MAX_STEP), size.limit * MAX_STEP)
+    if full and seconds < RAMP_SHARE * steering and estimate > size.limit:
+        wanted = min(estimate, size.limit * MAX_GROWTH)  # far below: straight there
+    else:
+        wanted = math.sqrt(size.limit * estimate)
+        if not full:  # a batch the source could not fill: only evidence for bigger ones
+            wanted = max(size.limit, wanted)
+        wanted = min(max(wanted, size.limit / MAX_STEP), size.limit * MAX_STEP)
     limit = max(1, round(wanted))
     if limit == size.limit and abs(estimate - limit) > 0.5 and (full or estimate > limit):
         # the damped step rounds back to the same few records, short of the estimate:

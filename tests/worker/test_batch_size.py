@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from worker.batch_size import (
     FIRST_LIMIT,
     MAX_FIXED_SHARE,
+    MAX_GROWTH,
     BatchSize,
     after_batch,
     default_target_s,
@@ -29,7 +30,7 @@ def test_the_limit_stays_between_one_record_and_the_ceiling(
     assert size.limit == (FIRST_LIMIT if ceiling is None else min(ceiling, FIRST_LIMIT))
     for records, seconds in batches:
         size = after_batch(size, records, seconds)
-        assert 1 <= size.limit <= (ceiling or FIRST_LIMIT * 2 ** len(batches))
+        assert 1 <= size.limit <= (ceiling or FIRST_LIMIT * MAX_GROWTH ** len(batches))
         assert size.fixed_s >= 0
 
 
@@ -76,6 +77,30 @@ def test_a_full_batch_slower_than_wanted_lowers_the_limit_and_a_faster_one_raise
     size = BatchSize(target, None, limit)
     assert after_batch(size, limit, target * factor).limit <= limit
     assert after_batch(size, limit, target / factor).limit >= limit
+
+
+@given(st.floats(0.0, 1.0), st.floats(1e-6, 1e-3))
+def test_a_backlog_reaches_the_target_in_a_few_batches(fixed: float, per_record: float
+                                                       ) -> None:
+    """From the first limit, full batches of ``fixed + per_record * records`` reach half
+    the 8 s target within 5 batches (doubling took up to 9), and never overshoot it."""
+    size = start(8.0, None)
+    took = []
+    for _ in range(5):
+        took.append(fixed + per_record * size.limit)
+        size = after_batch(size, size.limit, took[-1])
+    steered = max(8.0, fixed / MAX_FIXED_SHARE)
+    assert fixed + per_record * size.limit >= 0.5 * steered
+    assert max(took) <= steered * 1.05
+
+
+def test_a_batch_is_full_against_the_limit_it_was_read_under() -> None:
+    """A batch is measured once the next one started: the limit may have grown since.
+    999 records read under 1000 were a full batch, whatever the limit is now."""
+    size = BatchSize(8.0, None, 8000)
+    grown = after_batch(size, 999, 0.74, read_under=1000)
+    assert grown.limit > 8000 and grown.samples == ((999, 0.74),)  # a full batch's sample
+    assert after_batch(size, 999, 0.74).samples == ()  # under 8000: the source had no more
 
 
 def test_a_bad_target_or_ceiling_is_refused() -> None:

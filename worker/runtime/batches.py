@@ -117,7 +117,8 @@ class BatchRunner:
         self._size = size
         self._batch_offsets = batch_offsets
         self._set_limit = set_limit
-        self._last: tuple[float, float, int] | None = None  # last: (start, end, records)
+        # the last batch: (start, end, records, the limit the source read it under)
+        self._last: tuple[float, float, int, int | None] | None = None
         self._warm = False  # the query's first batch (Spark warming up) is not measured
         self._issued: int | None = None  # the limit the source reads under
         if size is not None:
@@ -395,7 +396,8 @@ class BatchRunner:
         this batch's start), when the two ran back to back; a longer gap is the query
         idling (nothing to read, or a handover's wait for its barrier) and counts as
         nothing, or the batch after every handover would look slow."""
-        last, self._last = self._last, (started, ended, records)
+        # (the limit issued before this batch was planned: the one it was read under)
+        last, self._last = self._last, (started, ended, records, self._issued)
         if self._size is None:
             return
         if last is not None and last[2] > 0:
@@ -404,7 +406,7 @@ class BatchRunner:
             else:
                 gap = started - last[1]
                 seconds = (last[1] - last[0]) + (gap if gap < self._trigger_s else 0.0)
-                size = after_batch(self._size, last[2], seconds)
+                size = after_batch(self._size, last[2], seconds, last[3])
                 if size.limit != self._size.limit:
                     log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed "
                               "cost %.2fs)", self._size.limit, size.limit, last[2], seconds,
