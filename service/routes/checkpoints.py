@@ -23,6 +23,7 @@ from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.errors import Fenced
 from coordinator.fenced import FENCED
 from coordinator.lifecycle import Coordinator
+from grouping.groupers import group_tasks, grouper_by_name
 from grouping.key_hash import KeyHash, key_hash_of
 from grouping.model import JobModel, SystemStreamPartition, TaskModel
 from grouping.serde import ssp_to_json
@@ -51,6 +52,19 @@ def _tasks_of(model: JobModel) -> dict[str, TaskModel]:
     return model.memo("tasks", lambda m: m.active_tasks())
 
 
+def _job_tasks(model: JobModel, inputs: tuple[SystemStreamPartition, ...], grouper: str,
+               max_factor: int) -> dict[str, TaskModel]:
+    """Every task the job's current inputs imply under ``model``'s grouper and factor,
+    assigned or not (checkpoints are readable while no processor runs a task)."""
+    def build(m: JobModel) -> dict[str, TaskModel]:
+        found = group_tasks(grouper_by_name(m.ssp_grouper or grouper), inputs,
+                            m.elasticity_factor,
+                            max_elasticity_factor=max_factor)
+        return {**{t.name: t for t in found}, **_tasks_of(m)}
+
+    return model.memo(f"implied-tasks-{hash(inputs)}", build)
+
+
 @router.get("/checkpoints", dependencies=[Depends(require_worker)],
             responses={404: {"model": ErrorBody}})
 async def read_checkpoints(
@@ -77,6 +91,10 @@ async def read_checkpoints(
     else:
         raise ApiError(422, "invalid_request", "give taskName (repeatable) or processorId")
     unknown = [n for n in names if n not in tasks]
+    if unknown:  # a task of no processor now (none alive, say): the job still implies it
+        tasks = _job_tasks(model, coordinator.inputs, coordinator.config.grouper,
+                           coordinator.config.max_elasticity_factor)
+        unknown = [n for n in names if n not in tasks]
     if unknown:
         raise ApiError(404, "unknown_task",
                        f"not tasks of job model {model.version}: {', '.join(unknown[:10])}")

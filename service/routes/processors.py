@@ -83,8 +83,10 @@ def log_warnings(processor_id: str, warnings: list[str]) -> None:
 async def leave(processor_id: str, request: Request, coordinator: Coord,
                 token: LeaseToken = None) -> Response:
     """The processor leaves now; a rebalance follows. A processor sends its lease token;
-    an operator removing one uses the admin token instead."""
-    if not is_admin(request):
+    an operator removing one uses the admin token instead (or, on an open deployment,
+    none). A lease token is always checked: a call carrying another incarnation's (or
+    another processor's) token is fenced, open deployment or not."""
+    if token is not None or not is_admin(request):
         coordinator.membership.require(processor_id, token)
     if not await coordinator.leave(processor_id):
         raise ApiError(404, "unknown_processor", f"processor {processor_id!r} is not registered")

@@ -359,3 +359,25 @@ def test_a_fenced_processors_unposted_checkpoint_is_recovered_before_the_barrier
         assert late.status_code == 409, late.text  # w2 owns nothing in the active version
         assert late.json()["error"] == "fenced"
         assert read(c, task)[task]["inputOffsets"][0]["offset"] == "20"
+
+
+def test_checkpoints_stay_readable_while_no_processor_runs_the_tasks(
+        start_server: StartServer) -> None:
+    """Every worker gone (the latest version assigns nothing): an operator still reads a
+    task's checkpoints by its name, valid for the job's inputs and factor; a name the
+    job does not imply is still unknown."""
+    server = start_server(*ARGS, "--elasticity-factor", "2")
+    with server.client() as c:
+        workers, model = setup_two_workers(c)
+        task = "Partition 1_1_2"
+        assert commit(c, model, task, 7).status_code == 200
+        for w in workers:
+            assert c.delete(f"/processors/{w.processor_id}",
+                            headers=w.lease).status_code == 204
+        while model["containers"]:
+            model = wait_for_version(c, model["version"])
+        found = c.get("/checkpoints", params={"taskName": task})
+        assert found.status_code == 200, found.text
+        assert found.json()[task]["inputOffsets"][0]["offset"] == "7"
+        unknown = c.get("/checkpoints", params={"taskName": "Partition 9_0_2"})
+        assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_task"

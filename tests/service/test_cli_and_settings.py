@@ -80,6 +80,23 @@ def test_an_open_deployment_removes_a_processor_without_its_lease_token(
         assert c.get("/processors").json() == []
 
 
+def test_a_leave_carrying_another_processors_lease_token_is_fenced_even_when_open(
+    start_server: StartServer,
+) -> None:
+    """An open deployment lets an operator remove a processor without a token, but a
+    call that carries a lease token is a processor's: it must be the processor's own."""
+    server = start_server("--input", "kafka.orders:4", "--debounce-ms", "50",
+                          "--lease-ttl-ms", "600000")
+    with server.client() as c:
+        w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
+        assert w1.register().status_code == 201 and w2.register().status_code == 201
+        wrong = c.delete("/processors/w1", headers=w2.lease)
+        assert wrong.status_code == 409 and wrong.json()["error"] == "fenced", wrong.text
+        assert {p["processorId"] for p in c.get("/processors").json()} == {"w1", "w2"}
+        assert c.delete("/processors/w1", headers=w1.lease).status_code == 204
+        assert {p["processorId"] for p in c.get("/processors").json()} == {"w2"}
+
+
 def test_client_commands_say_when_no_server_answers() -> None:
     result = cli("status", "--url", "http://127.0.0.1:9")
     assert result.returncode != 0
