@@ -20,13 +20,14 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from pydantic import ValidationError
 
 from service.local.orders import EXAMPLE_TOPICS
-from service.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 SUPPRESS = argparse.SUPPRESS
 
@@ -112,6 +113,12 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    # imported here: pydantic-settings is half a second of a client command's start
+    # (`coxswain scale` took 19 s at load 20), which never reads settings
+    from pydantic import ValidationError
+
+    from service.settings import Settings, SettingsError
+
     given = {k: v for k, v in vars(args).items()
              if k not in ("command", "url", "token", "json", "action", "config", "func")}
     if getattr(args, "config", None):
@@ -134,6 +141,7 @@ def _serve(args: argparse.Namespace) -> None:
     from service.app import create_app, store_leader, store_lock
     from service.http_protocol import protocol_options
     from service.logs import configure
+    from service.settings import SettingsError
 
     settings = _settings(args)
     try:
