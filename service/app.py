@@ -80,6 +80,7 @@ def coordinator_config(settings: Settings) -> CoordinatorConfig:
         heartbeat_interval_s=settings.heartbeat_interval_ms / 1000,
         debounce_s=settings.debounce_ms / 1000,
         barrier_timeout_s=settings.barrier_timeout_ms / 1000,
+        barrier_max_s=max(settings.barrier_max_ms, settings.barrier_timeout_ms) / 1000,
         probing_interval_s=settings.probing_interval_ms / 1000,
         probing_min_interval_s=settings.probing_min_interval_ms / 1000,
         poll_close_grace_s=settings.poll_close_grace_ms / 1000,

@@ -49,6 +49,9 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--heartbeat-interval-ms", {"type": int, "help": "heartbeat interval told to workers"}),
     ("--debounce-ms", {"type": int, "help": "rebalance debounce after join/leave (1000)"}),
     ("--barrier-timeout-ms", {"type": int, "help": "barrier timeout (30000)"}),
+    ("--barrier-max-ms", {"type": int, "help": "how long from its start a barrier waits "
+                                             "for processors that heartbeat and "
+                                             "report handing over (120000)"}),
     ("--probing-interval-ms", {"type": int, "help": "probing rebalance interval (600000)"}),
     ("--probing-min-interval-ms", {"type": int, "help": "probing rebalances triggered by "
                                                         "caught-up warm-ups, at most once "

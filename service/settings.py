@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     heartbeat_interval_ms: int = Field(2_000, ge=10)
     debounce_ms: int = Field(1_000, ge=0)
     barrier_timeout_ms: int = Field(30_000, ge=100)
+    barrier_max_ms: int = Field(
+        120_000, ge=100, description="how long past its timeout a barrier waits for "
+        "processors that heartbeat and report handing over (counted from its start)")
     probing_interval_ms: int = Field(600_000, ge=100)
     probing_min_interval_ms: int = Field(
         5_000, ge=0, description="a probing rebalance as soon as a warm-up caught up, at most "

@@ -29,6 +29,10 @@ class CoordinatorConfig:
     heartbeat_interval_s: float = 2.0
     debounce_s: float = 1.0
     barrier_timeout_s: float = 30.0
+    # a barrier waits past its timeout for processors that heartbeat and report
+    # handing over (``coordinator.lifecycle.handing_over``), until this long after it
+    # opened: at least a worker's commit wait (60 s) plus a slow batch
+    barrier_max_s: float = 120.0
     probing_interval_s: float = 600.0
     # a probing rebalance also runs as soon as heartbeats show a warm-up caught up, at most
     # once per this interval (KAFKA-10199: scale-out should not wait for the timer)

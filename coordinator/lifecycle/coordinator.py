@@ -45,6 +45,7 @@ from coordinator.lifecycle.config import (
     RebalanceRecord,
 )
 from coordinator.lifecycle.fencing import CommitFence
+from coordinator.lifecycle.handing_over import handing_over
 from coordinator.lifecycle.inputs import JobInputs
 from coordinator.lifecycle.job_key_hash import choose_key_hash
 from coordinator.lifecycle.liveness import Liveness
@@ -761,6 +762,8 @@ class Coordinator:
             if barrier is None or barrier.version != version:
                 return
             now = self._clock.now()
+            if barrier.state is BarrierState.PENDING and self._extend(barrier, now):
+                return
             timed_out = await self._io(
                 lambda: self._barriers.update(version, lambda b: b.time_out(now)))
             if timed_out is None or timed_out.state is not BarrierState.TIMED_OUT:
@@ -774,6 +777,27 @@ class Coordinator:
                         extra={"version": version, "reason": "barrier_timeout"})
             self._notify()
         await self.rebalance("barrier_timeout")
+
+    def _extend(self, barrier: Barrier, now: float) -> bool:
+        """Whether the pending ``barrier`` waits on (its next check scheduled): some
+        silent participant heartbeats and reports handing over, and the barrier's
+        maximum has not passed."""
+        left = barrier.started_at + self.config.barrier_max_s - now
+        if left <= 0:
+            return False
+        window = min(self.config.lease_ttl_s, 3 * self.config.heartbeat_interval_s)
+        alive = handing_over(barrier, self.membership.live(), now,
+                             self.config.lease_ttl_s, window)
+        if not alive:
+            return False
+        wait = min(self.config.barrier_timeout_s, left)
+        log.warning("barrier of version %d extended %.0fs (at most %.0fs more): %s still "
+                    "handing over", barrier.version, wait, left, ", ".join(
+                        f"{pid} ({r.get('tasks', '?')} tasks)" for pid, r in alive.items()),
+                    extra={"version": barrier.version, "reason": "barrier_extended"})
+        self._schedule("barrier-timeout", wait,
+                       lambda: self._barrier_timeout(barrier.version))
+        return True
 
     # ------------------------------------------------------------------ fencing
 

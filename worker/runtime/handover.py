@@ -17,6 +17,7 @@ For each model the long poll brings (``worker.runtime.control.ModelFollower``):
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +39,30 @@ WAITING_RECHECK_S = 1.0  # how often tasks waiting for parent shards ask again
 # Gained tasks restore side by side (``restore_groups``): a survivor restoring 100 MB
 # must not make the other tasks it gains from a killed worker wait for that restore.
 RESTORE_THREADS = 4
+
+
+class HandingOver:
+    """What this processor is handing over now, for its heartbeats (the stat
+    ``handingOver``: the leader extends a barrier for a processor that reports it,
+    ``coordinator.lifecycle.handing_over``). Set while lost tasks stop and their last
+    commit is awaited, cleared once the version is acknowledged."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._now: dict[str, Any] | None = None
+
+    def begin(self, version: int, tasks: int) -> None:
+        with self._lock:
+            self._now = {"version": version, "tasks": tasks, "since": round(time.time(), 3)}
+
+    def end(self) -> None:
+        with self._lock:
+            self._now = None
+
+    def stat(self) -> dict[str, Any] | None:
+        """The heartbeat stat, or None while nothing is handed over."""
+        with self._lock:
+            return None if self._now is None else dict(self._now)
 
 
 class NotAStatefulJob(Exception):
@@ -70,8 +95,10 @@ class Handover:
 
     def __init__(self, client: CoordinatorClient, processor_id: str, runner: BatchRunner,
                  query: SourceQuery, states: StateKeeping | None, follower: ModelFollower,
-                 commit_wait_s: float, fencing: Fencing | None = None) -> None:
+                 commit_wait_s: float, fencing: Fencing | None = None,
+                 handing_over: HandingOver | None = None) -> None:
         self._client = client
+        self._handing_over = handing_over or HandingOver()
         self._pid = processor_id
         self._runner = runner
         self._query = query
@@ -102,6 +129,7 @@ class Handover:
                 seen = (int(model["version"]), str(model["barrier"]))
                 self._step(model)
         finally:
+            self._handing_over.end()
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _step(self, model: dict[str, Any]) -> None:
@@ -110,6 +138,7 @@ class Handover:
         lost = self._runner.running.tasks - set(mine)
         if lost:  # 1. stop them now, and wait for their last commit
             log.info("version %d: handing over %s", version, ", ".join(sorted(lost)[:10]))
+            self._handing_over.begin(version, len(lost))
             self._runner.remove(lost)
             if not self._runner.flush(self._commit_wait_s):
                 if self._fencing is not None:
@@ -132,8 +161,13 @@ class Handover:
         self._waiting &= set(mine)
         self._finished &= set(mine)
         if version > self._acked:  # 2. the barrier's promise
-            self._ack(model)
+            try:
+                self._ack(model)
+            finally:
+                self._handing_over.end()
             self._acked = version
+        else:
+            self._handing_over.end()
         if model["barrier"] != "done" or version != self._acked:
             return
         # 3. the gained tasks first: their checkpoints are read while the batch in

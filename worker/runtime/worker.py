@@ -33,7 +33,7 @@ from worker.runtime.batches import BatchRunner
 from worker.runtime.bucket_counts import BucketCounts
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
-from worker.runtime.handover import Handover, NotAStatefulJob
+from worker.runtime.handover import HandingOver, Handover, NotAStatefulJob
 from worker.runtime.query import SourceQuery
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import TaskStates
@@ -91,6 +91,7 @@ class Worker:
             self._placement, BucketCounts(config.bucket_sample_interval_s,
                                           in_tasks=config.api == "task"))
         self._keeper: StateKeeper | None = None
+        self._handing_over = HandingOver()  # reported in the heartbeats
         self._left = False
 
     @property
@@ -163,7 +164,8 @@ class Worker:
                            self._lags, self._stats).start()
         try:
             Handover(self._client, self.processor_id, self._runner, self._query,
-                     self._states, follower, self.config.max_commit_delay_s, fencing).run(
+                     self._states, follower, self.config.max_commit_delay_s, fencing,
+                     self._handing_over).run(
                 lambda: self._stop.is_set() or self._over.is_set())
         except (LeaseLost, Fenced) as e:  # an ack's answer
             log.error("lease lost (%s): stopping processing and registering again", e)
@@ -206,6 +208,9 @@ class Worker:
 
     def _stats(self) -> dict[str, Any]:
         stats = dict(self._runner.stats)
+        handing_over = self._handing_over.stat()
+        if handing_over is not None:  # the leader waits for it past the barrier timeout
+            stats["handingOver"] = handing_over
         if stats:  # after the first batch: how busy since (0 when idle)
             stats["busy"] = round(self._runner.busy.share(time.monotonic()), 3)
             progress = self._query.progress()
