@@ -265,7 +265,7 @@ def _scale(args: argparse.Namespace) -> None:
 
 
 def _dev_up(args: argparse.Namespace) -> None:
-    from service.local.kafka import LocalKafka
+    from service.local.kafka import BrokerStartTimeout, LocalKafka
     from service.local.kinesis import CREDENTIALS as KINESIS_CREDENTIALS
     from service.local.kinesis import LocalKinesis, create_stream
     from service.local.orders import create_topics
@@ -282,7 +282,13 @@ def _dev_up(args: argparse.Namespace) -> None:
     kinesis: LocalKinesis | None = None
     try:
         kafka = LocalKafka.create(port=args.kafka_port)
-        kafka.start()  # assigned first, so an interrupted start is stopped below
+        try:
+            kafka.start(args.start_timeout_s)  # assigned first: an interrupted start stops
+        except BrokerStartTimeout as e:
+            kafka = None  # stopped already; its folder and log are kept for a look
+            raise SystemExit(f"coxswain: {e}. Try again (a second start is faster: the "
+                             "jars are fetched and the JVM warm), or give it longer: "
+                             "coxswain dev up --start-timeout-s 300") from None
         created = create_topics(kafka.bootstrap, args.topics)
         topics = ", ".join(f"{name} ({n} partitions{'' if name in created else ', existed'})"
                            for name, n in args.topics)
@@ -782,6 +788,9 @@ def parser() -> argparse.ArgumentParser:
                     "create the examples' topics; Ctrl-C or SIGTERM stops both.")
     up.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper client port")
     up.add_argument("--kafka-port", type=int, default=9092, help="Kafka listener port")
+    up.add_argument("--start-timeout-s", type=float, default=120.0,
+                    help="how long the Kafka broker may take to start (its log says "
+                         "when it has)")
     up.add_argument("--topic", dest="topics", type=_topic, action="append",
                     metavar="NAME[:PARTITIONS]",
                     help="a topic to create, repeatable (default: "

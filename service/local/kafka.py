@@ -71,6 +71,15 @@ def random_cluster_id() -> str:
 _BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+)")
 
 
+#: the line a KRaft broker logs once its listeners serve ("[KafkaRaftServer nodeId=1]
+#: Kafka Server started")
+STARTED = b"Kafka Server started"
+
+
+class BrokerStartTimeout(RuntimeError):
+    """The broker did not start in time; it was stopped, its folder and log kept."""
+
+
 class _BindFailed(Exception):
     """The broker exited because ``port`` was taken."""
 
@@ -209,8 +218,13 @@ class LocalKafka:
                     raise _BindFailed(int(bind.group(1)))
                 raise RuntimeError(f"Kafka broker exited:\n{exit_reason(log)}")
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"Kafka broker did not answer in {timeout_s}s")
+                self.stop()  # (its folder and log stay, for a look)
+                raise BrokerStartTimeout(
+                    f"Kafka broker did not start within {timeout_s:.0f}s (a busy machine "
+                    f"starts it slower); its log: {self.data_dir / 'server.log'}")
+            if not self._says_started():  # the broker's own signal, then a client's look
+                time.sleep(0.1)
+                continue
             try:  # the port first: a client would log every refused connection
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
             except OSError:
@@ -222,6 +236,15 @@ class LocalKafka:
                 return
             except Exception:
                 time.sleep(0.1)
+
+    def _says_started(self) -> bool:
+        """Whether this start's log has the broker's "Kafka Server started" line."""
+        try:
+            with (self.data_dir / "server.log").open("rb") as f:
+                f.seek(self.log_start)
+                return STARTED in f.read()
+        except OSError:
+            return False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the broker by pid (SIGKILL for a crash); the data stays."""

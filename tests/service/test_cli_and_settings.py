@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -223,6 +224,25 @@ def test_dev_up_starts_zookeeper_and_kafka_and_stops_them(tmp_path: Path) -> Non
         proc.send_signal(signal.SIGTERM)
         proc.wait(90)
     assert proc.returncode == 0
+    _assert_closed(zk_port, kafka_port)
+
+
+def test_a_dev_up_whose_broker_does_not_start_in_time_keeps_its_log_and_says_what_to_try(
+) -> None:
+    """The broker's readiness is its own "started" line; one that is not there within
+    --start-timeout-s (a JVM needs longer than a second) is stopped, its log kept and
+    named, with what to try; nothing is left running."""
+    zk_port, kafka_port = free_ports(2)
+    proc = _dev_up(zk_port, kafka_port, "--start-timeout-s", "1")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    assert "Kafka broker did not start within 1s" in out, out
+    assert "--start-timeout-s 300" in out, out
+    log = Path(out.split("its log: ", 1)[1].split(".log", 1)[0] + ".log")
+    try:
+        assert log.exists() and log.stat().st_size > 0, out
+    finally:
+        shutil.rmtree(log.parent, ignore_errors=True)
     _assert_closed(zk_port, kafka_port)
 
 
