@@ -98,6 +98,9 @@ def test_a_cluster_gets_the_apps_module_or_its_whole_package_and_the_py_files(
             "shippable_pkg/__init__.py", "shippable_pkg/data.json",
             "shippable_pkg/sub/__init__.py", "shippable_pkg/sub/job.py"]
     assert not list(out.glob("*.part"))
+    # the app's file named in --py-files too: shipped once
+    assert shipment("single_app", [app_dir / "single_app.py", extra], out,
+                    "spark://h:7077").files == (app_dir / "single_app.py", extra)
     # a local master's Python workers start where the driver runs: only --py-files ship
     assert shipment("single_app", [extra], out, "local[2]").files == (extra,)
     # installed distributions are installed on every executor host, never shipped

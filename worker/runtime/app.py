@@ -121,9 +121,13 @@ def shipment(module: str, extra: Sequence[Path], folder: Path, master: str) -> S
     if origin is None or origin.suffix != ".py":
         return Shipment(tuple(files))  # a namespace package or an extension: not ours to zip
     if spec is not None and spec.submodule_search_locations:  # a package: zip it whole
-        files.insert(0, zip_package(origin.parent, folder))
+        own = zip_package(origin.parent, folder)
     else:
-        files.insert(0, origin)
+        own = origin
+    # named in --py-files too: shipped once (Spark refuses a second file of one name,
+    # "has been added already")
+    if not any(f.name == own.name for f in files):
+        files.insert(0, own)
     return Shipment(tuple(files))
 
 
