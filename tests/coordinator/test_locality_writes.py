@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine
+
 from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import BarrierState
 from coordinator.clock import SystemClock
@@ -46,19 +48,29 @@ class SlowLocalityStore(SqlMetadataStore):
         super().put_many(namespace, values)
 
 
-def store(tmp_path: Path) -> SlowLocalityStore:
+def _engine(tmp_path: Path) -> Engine:
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     upgrade(engine)
-    slow = SlowLocalityStore(engine)
+    return engine
+
+
+def store(tmp_path: Path) -> SlowLocalityStore:
+    slow = SlowLocalityStore(_engine(tmp_path))
     slow.release = threading.Event()
     return slow
 
 
+def _coordinator(store: SqlMetadataStore, partitions: int) -> Coordinator:
+    """The leader of a job over ``partitions`` partitions that rebalances only when told."""
+    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p)
+                                            for p in range(partitions)),
+                               debounce_s=60, barrier_timeout_s=60)
+    return Coordinator(config, store, EmbeddedLeader("r1"), SystemClock())
+
+
 async def _barrier_scenario(tmp_path: Path) -> tuple[float, bool, dict[str, str]]:
     slow = store(tmp_path)
-    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
-                               debounce_s=60, barrier_timeout_s=60)
-    coordinator = Coordinator(config, slow, EmbeddedLeader("r1"), SystemClock())
+    coordinator = _coordinator(slow, 4)
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
@@ -106,9 +118,7 @@ def test_writes_run_in_order_and_a_failed_one_stops_none_after_it(tmp_path: Path
 async def _reported_hosts_scenario(tmp_path: Path) -> tuple[dict[str, str], dict[str, Any]]:
     slow = store(tmp_path)
     slow.release.set()
-    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
-                               debounce_s=60, barrier_timeout_s=60)
-    coordinator = Coordinator(config, slow, EmbeddedLeader("r1"), SystemClock())
+    coordinator = _coordinator(slow, 4)
     await coordinator.start()
     try:
         _, _, token = await coordinator.register("app", "driver-host", None)
@@ -182,12 +192,8 @@ class GatedStore(SqlMetadataStore):
 
 
 async def _refresh_completes_first(tmp_path: Path) -> tuple[bool, dict[str, str]]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
-    upgrade(engine)
-    gated = GatedStore(engine)
-    config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(2)),
-                               debounce_s=60, barrier_timeout_s=60)
-    coordinator = Coordinator(config, gated, EmbeddedLeader("r1"), SystemClock())
+    gated = GatedStore(_engine(tmp_path))
+    coordinator = _coordinator(gated, 2)
     await coordinator.start()
     try:
         await coordinator.register("p1", "h1", None)
