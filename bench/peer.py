@@ -11,11 +11,17 @@ Jobs:
   ``transformWithStateInPandas`` on its RocksDB state store provider), one output record
   per input record carrying the key's count; every run checks the final counts.
 
-Throughput: a backlog of ``--records`` records is read from the start; records/s from the
-first output record's append time to the last's (start-up and the first batch's planning
-excluded for both). Latency (``--latency``): records produced at ``--latency-rate``/s for
-``--latency-seconds``, each carrying its produce time; a record's latency is its output's
-append time minus that (the first fifth of the run, the warm-up, not counted).
+Throughput: each run has a topic of its own. The system is started and warmed on a few
+records (Python workers spawned, consumers connected: start-up excluded for both); then a
+backlog of ``--records`` records is written in one Kafka transaction, which both systems
+read ``read_committed``, so the whole backlog appears at one instant, the commit.
+Records/s is the backlog over the commit to the last output record's append time: every
+batch, planning and commit of both systems inside it. (Timing from the first output
+record instead would leave out the first batch, the whole backlog for plain Spark.)
+
+Latency (``--latency``): the system warmed as above, then records produced at
+``--latency-rate``/s for ``--latency-seconds``, each carrying its produce time; a
+record's latency is its output's append time minus that.
 
 Each measure is taken ``--runs`` times, the two systems alternated, and the median
 printed with the ratio Coxswain / plain Spark. Coxswain runs on its defaults (Python
@@ -127,13 +133,34 @@ def _plain_counter() -> Any:
 
 # -- input and output
 
-def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int) -> dict[bytes, int]:
-    """``n`` records over ``keys`` keys (the default partitioner); records per key."""
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True,
-                  "acks": "all", "linger.ms": 20, "log_level": 2})
-    per_key: dict[bytes, int] = defaultdict(int)
+WARM_RECORDS = 200  # written before the backlog: the systems warmed on them
+
+
+def _keyed(i: int, keys: int) -> bytes:
+    return f"user-{i * 7919 % keys}".encode()
+
+
+def produce_warm(kafka: LocalKafka, topic: str, per_key: dict[bytes, int]) -> None:
+    """The warm-up records (keys of their own, counted in ``per_key``)."""
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "log_level": 2})
+    for i in range(WARM_RECORDS):
+        key = f"warm-{i % 20}".encode()
+        p.produce(topic, key=key, value=f"{per_key[key]} {time.time():.6f}".encode())
+        per_key[key] += 1
+    p.flush(60)
+
+
+def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int,
+                    per_key: dict[bytes, int]) -> float:
+    """``n`` records over ``keys`` keys (the default partitioner) in one transaction;
+    counted in ``per_key``. Returns the commit's time (time.time())."""
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 20,
+                  "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+                  "transaction.timeout.ms": 600_000, "log_level": 2})
+    p.init_transactions(60)
+    p.begin_transaction()
     for i in range(n):
-        key = f"user-{i * 7919 % keys}".encode()
+        key = _keyed(i, keys)
         value = f"{per_key[key]} {time.time():.6f}".encode()
         while True:
             try:
@@ -144,8 +171,9 @@ def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int) -> dict[by
         per_key[key] += 1
         if i % 10000 == 0:
             p.poll(0)
-    p.flush(60)
-    return dict(per_key)
+    p.flush(120)
+    p.commit_transaction(60)
+    return time.time()
 
 
 def produce_at(kafka: LocalKafka, topic: str, rate: float, seconds: float,
@@ -169,25 +197,38 @@ def produce_at(kafka: LocalKafka, topic: str, rate: float, seconds: float,
     return sent
 
 
-def read_output(kafka: LocalKafka, topic: str, n: int, timeout_s: float = 900
-                ) -> list[tuple[float, bytes, bytes]]:
-    """(append time in s, key, value) of ``n`` output records."""
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
-                  "log_level": 2})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[float, bytes, bytes]] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            for msg in c.consume(10000, 1.0):
+class Output:
+    """The output topic's records as they come: (append time in s, key, value)."""
+
+    def __init__(self, kafka: LocalKafka, topic: str) -> None:
+        self._consumer = Consumer({"bootstrap.servers": kafka.bootstrap,
+                                   "group.id": uuid.uuid4().hex, "log_level": 2})
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self.records: list[tuple[float, bytes, bytes]] = []
+
+    def until(self, n: int, timeout_s: float = 900) -> list[tuple[float, bytes, bytes]]:
+        """The first ``n`` records (waiting for them)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.records) < n and time.monotonic() < deadline:
+            for msg in self._consumer.consume(10000, 1.0):
                 if msg.error() is None:
-                    out.append((msg.timestamp()[1] / 1000, msg.key() or b"",
-                                msg.value() or b""))
+                    self.records.append((msg.timestamp()[1] / 1000, msg.key() or b"",
+                                         msg.value() or b""))
+        if len(self.records) < n:
+            raise RuntimeError(f"only {len(self.records)} of {n} records came out")
+        return self.records[:n]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def read_output(kafka: LocalKafka, topic: str, n: int) -> list[tuple[float, bytes, bytes]]:
+    """(append time in s, key, value) of ``n`` output records."""
+    out = Output(kafka, topic)
+    try:
+        return out.until(n)
     finally:
-        c.close()
-    if len(out) < n:
-        raise RuntimeError(f"only {len(out)} of {n} records came out")
-    return out
+        out.close()
 
 
 @dataclass(frozen=True)
@@ -198,11 +239,11 @@ class Measured:
     p99_ms: float = 0.0
 
 
-def throughput(out: list[tuple[float, bytes, bytes]], job: str,
+def throughput(out: list[tuple[float, bytes, bytes]], since: float, n: int, job: str,
                per_key: dict[bytes, int]) -> Measured:
-    """Records/s; a count job's final counts checked (duplicates allowed, never a wrong
-    or missing count)."""
-    times = sorted(t for t, _, _ in out)
+    """``n`` records over ``since`` (the backlog's commit) to the last output record; a
+    count job's final counts checked (duplicates allowed, never a wrong or missing
+    count)."""
     if job == "count":
         final: dict[bytes, int] = {}
         for _, k, v in out:
@@ -212,15 +253,28 @@ def throughput(out: list[tuple[float, bytes, bytes]], job: str,
             final[k] = max(final.get(k, 0), int(count))
         if final != per_key:
             raise AssertionError("final counts differ from the records per key")
-    return Measured(rate=len(out) / max(0.001, times[-1] - times[0]))
+    return Measured(rate=n / max(0.001, max(t for t, _, _ in out) - since))
+
+
+def backlog_run(kafka: LocalKafka, source: str, out_topic: str, job: str, n: int,
+                keys: int) -> Measured:
+    """Warm the running system, write the backlog, measure it drained."""
+    per_key: dict[bytes, int] = defaultdict(int)
+    out = Output(kafka, out_topic)
+    try:
+        produce_warm(kafka, source, per_key)
+        out.until(WARM_RECORDS)
+        committed = produce_backlog(kafka, source, n, keys, per_key)
+        return throughput(out.until(WARM_RECORDS + n), committed, n, job, dict(per_key))
+    finally:
+        out.close()
 
 
 def latencies(out: list[tuple[float, bytes, bytes]]) -> Measured:
-    """Percentiles of output append time minus produce time, warm-up (the first fifth
-    of the records by produce time) left out."""
-    stamped = sorted((float(v.split(b" ")[1]), t) for t, _, v in out)
-    kept = stamped[len(stamped) // 5:]
-    ms = sorted(max(0.0, (t - p) * 1000) for p, t in kept)
+    """Percentiles of output append time minus produce time (the warm-up records left
+    out)."""
+    ms = sorted(max(0.0, (t - float(v.split(b" ")[1])) * 1000) for t, k, v in out
+                if not k.startswith(b"warm-"))
 
     def pct(q: float) -> float:
         return ms[min(len(ms) - 1, int(q * len(ms)))]
@@ -232,7 +286,7 @@ def latencies(out: list[tuple[float, bytes, bytes]]) -> Measured:
 
 def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: int,
                  tmp: Path, worker_args: list[str], produce: Any) -> tuple[Any, Path]:
-    """Runs ``produce(out_topic)`` (-> its result) while a coordinator and one worker run
+    """Runs ``produce(out_topic, source)`` (-> its result) while a coordinator and one worker run
     ``job``; returns the result and the worker's log."""
     out_topic = f"out-{uuid.uuid4().hex[:8]}"
     topics(kafka, (out_topic, 1))
@@ -252,7 +306,7 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
          "--processor-id", "w0", *stateful, *state, *worker_args],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        return produce(out_topic), log
+        return produce(out_topic, source), log
     finally:
         stop_process_group(worker, grace_s=60)
         server.stop()
@@ -263,7 +317,7 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
 
 def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
               produce: Any) -> Any:
-    """Runs ``produce(out_topic)`` while a plain Spark query runs ``job``."""
+    """Runs ``produce(out_topic, source)`` while a plain Spark query runs ``job``."""
     from pyspark.sql import SparkSession
 
     from worker.jars import connector_jars
@@ -283,7 +337,9 @@ def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
     try:
         df = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", kafka.bootstrap)
-              .option("subscribe", source).option("startingOffsets", "earliest").load()
+              .option("subscribe", source).option("startingOffsets", "earliest")
+              # as Coxswain reads: a transaction's records appear at its commit
+              .option("kafka.isolation.level", "read_committed").load()
               .select("key", "value"))
         schema = "key binary, value binary"
         if job == "count":
@@ -297,16 +353,24 @@ def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
                  .option("checkpointLocation", str(tmp / f"plain-{uuid.uuid4().hex[:6]}"))
                  .start())
         try:
-            return produce(out_topic)
+            return produce(out_topic, source)
         finally:
             query.stop()
     finally:
         spark.stop()
 
 
+def _topic(kafka: LocalKafka) -> str:
+    """A new input topic of 2 partitions."""
+    source = f"in-{uuid.uuid4().hex[:8]}"
+    topics(kafka, (source, 2))
+    return source
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS))
+    parser.add_argument("--jobs", nargs="*", choices=JOBS, default=list(JOBS),
+                        help="the throughput jobs (none: --latency only)")
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--sleep-records", type=int, default=8000,
                         help="the backlog of the 2 ms job")
@@ -334,37 +398,39 @@ def main() -> None:
             tmp = Path(tmp_name)
             for job in args.jobs:
                 n = args.sleep_records if job == "sleep" else args.records
-                source = f"in-{uuid.uuid4().hex[:8]}"
-                topics(kafka, (source, 2))
-                per_key = produce_backlog(kafka, source, n, args.keys)
 
-                def backlog(out_topic: str, job: str = job, n: int = n,
-                            per_key: dict[bytes, int] = per_key) -> Measured:
-                    return throughput(read_output(kafka, out_topic, n), job, per_key)
+                def backlog(out_topic: str, source: str, job: str = job, n: int = n
+                            ) -> Measured:
+                    return backlog_run(kafka, source, out_topic, job, n, args.keys)
 
                 for run in range(args.runs):  # alternated: drift hits both alike
-                    found = run_plain(kafka, source, job, args.master, tmp, backlog)
+                    found = run_plain(kafka, _topic(kafka), job, args.master, tmp, backlog)
                     results[f"{job} plain"].append(found)
                     print(f"  {job} plain Spark run {run + 1}: {found.rate:,.0f} rec/s",
                           flush=True)
                     for factor in args.factors:
-                        found, _ = run_coxswain(kafka, source, job, args.master, factor,
-                                                  tmp, worker_args, backlog)
+                        found, _ = run_coxswain(kafka, _topic(kafka), job, args.master,
+                                                factor, tmp, worker_args, backlog)
                         results[f"{job} F={factor}"].append(found)
                         print(f"  {job} Coxswain F={factor} run {run + 1}: "
                               f"{found.rate:,.0f} rec/s", flush=True)
             if args.latency:
                 for run in range(args.runs):
                     for system in ["plain", *(f"F={f}" for f in args.factors)]:
-                        source = f"in-{uuid.uuid4().hex[:8]}"
-                        topics(kafka, (source, 2))
+                        source = _topic(kafka)
                         stop = threading.Event()
 
-                        def timed(out_topic: str, source: str = source,
+                        def timed(out_topic: str, source: str,
                                   stop: threading.Event = stop) -> Measured:
-                            sent = produce_at(kafka, source, args.latency_rate,
-                                              args.latency_seconds, stop)
-                            return latencies(read_output(kafka, out_topic, sent))
+                            out = Output(kafka, out_topic)
+                            try:  # warmed first, as for throughput
+                                produce_warm(kafka, source, defaultdict(int))
+                                out.until(WARM_RECORDS)
+                                sent = produce_at(kafka, source, args.latency_rate,
+                                                  args.latency_seconds, stop)
+                                return latencies(out.until(WARM_RECORDS + sent))
+                            finally:
+                                out.close()
 
                         if system == "plain":
                             found = run_plain(kafka, source, "zero", args.master, tmp, timed)
