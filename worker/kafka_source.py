@@ -23,7 +23,6 @@ record and no change of plan, the end is the start again, so Spark runs no batch
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from worker.kafka_consumers import ConsumerPool, pool
+from worker.python_workers import settle
 from worker.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
 
 NAME = "coxswain-kafka"
@@ -40,6 +40,13 @@ SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, gen int")
 READ_STALL_S = 60.0  # an executor waiting this long for offsets the broker had: fail
 CHUNK = 20_000  # records per Arrow batch handed to Spark
+#: the longest one poll of a range waits. A range ending at a transaction's commit
+#: marker (read_committed; any transactional producer upstream, Coxswain's exactly-once
+#: output among them) asks for one record more than the consumer will ever hand out:
+#: the poll waits its whole timeout, then the position is found past the marker. At 1 s
+#: that was a second per partition on every batch ending at a commit (measured: a batch
+#: of 4 654 records took 2.4 s); the position moves past the marker within one short poll
+POLL_S = 0.05
 
 
 @dataclass
@@ -194,6 +201,7 @@ def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = N
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415 (executor side)
     from confluent_kafka import TopicPartition  # noqa: PLC0415
 
+    settle()
     consumers = consumers or pool()
     consumer = consumers.take(bootstrap, r.topic, r.partition, r.start)
     # where the consumer is: past every record it handed out, even beyond ``r.end``
@@ -207,7 +215,8 @@ def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = N
         offsets: list[int] = []
         stamps: list[int] = []
         while position < r.end:
-            msgs = consumer.consume(num_messages=min(CHUNK, r.end - position), timeout=1.0)
+            msgs = consumer.consume(num_messages=min(CHUNK, r.end - position),
+                                    timeout=POLL_S)
             for m in msgs:
                 err = m.error()
                 if err is not None:
@@ -242,13 +251,17 @@ def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = N
 
 def _batch(pa: Any, r: KafkaRange, keys: list[bytes | None], values: list[bytes | None],
            offsets: list[int], stamps: list[int]) -> Any:
+    """The records as one Arrow record batch, built column-wise (a datetime made per
+    record took 2.7 us of a record's ~25 us here; this, 0.2 us)."""
+    import numpy as np  # noqa: PLC0415 (executor side)
+
     n = len(offsets)
     return pa.RecordBatch.from_arrays([
         pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-        pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array([dt.datetime.fromtimestamp(s / 1000, dt.UTC) for s in stamps],
-                 pa.timestamp("us", tz="UTC")), pa.array([r.gen] * n, pa.int32())],
+        pa.repeat(pa.scalar(r.topic, pa.string()), n),
+        pa.repeat(pa.scalar(r.partition, pa.int32()), n), pa.array(offsets, pa.int64()),
+        pa.array(np.asarray(stamps, dtype=np.int64) * 1000, pa.timestamp("us", tz="UTC")),
+        pa.repeat(pa.scalar(r.gen, pa.int32()), n)],
         names=["key", "value", "topic", "partition", "offset", "timestamp", "gen"])
 
 

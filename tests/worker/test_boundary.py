@@ -198,9 +198,10 @@ def test_a_batch_cut_short_does_not_steer_the_batch_size() -> None:
         runner._resize(1000, started=1.0, ended=2.0)  # (the first is Spark warming up)
         runner._resize(1000, started=2.0, ended=3.0)  # a full batch took the target
         runner._resize(0, started=3.0, ended=3.1)  # cut short after 0.1 s
-        runner._resize(1000, started=3.1, ended=3.6)  # (each call measures the one before)
         assert issued == [1000]  # the cut batch moved nothing
-        runner._resize(1000, started=3.6, ended=4.0)  # a full one twice as fast does
+        runner._resize(1000, started=3.1, ended=4.1)  # (a full one at the target neither)
+        assert issued == [1000]
+        runner._resize(1000, started=4.1, ended=4.6)  # a full one twice as fast does
         assert (issued[-1] or 0) > 1000
     finally:
         runner.committer.close(0.1)
@@ -214,3 +215,18 @@ def test_a_stateful_worker_accepts_only_a_stateful_coordinators_checkpoints() ->
     check_stateful({"A": {}}, set())  # nothing about to run
     with pytest.raises(NotAStatefulJob, match=r"of A, B, C, \.\.\.\) name no stateSources"):
         check_stateful({"A": {}, "B": {"inputOffsets": []}, "D": {}}, {"A", "B", "C", "D"})
+
+
+def test_a_full_batch_steers_the_very_next_one() -> None:
+    """A backlog's ramp: a full batch far below the target sizes the next batch as it
+    ends (measured a batch later, each step of the ramp cost a batch more)."""
+    issued: list[int | None] = []
+    runner = steered_runner(start(8.0, None), issued)
+    try:
+        runner._resize(61, started=0.0, ended=2.0)  # (the first is Spark warming up)
+        runner._resize(1000, started=2.1, ended=2.6)  # full, Spark's part 0.1 s before it
+        assert issued == [1000, 8000]  # straight toward 8 s, by at most 8x a step
+        runner._resize(8000, started=2.7, ended=3.5)
+        assert issued[-1] == 64000
+    finally:
+        runner.committer.close(0.1)

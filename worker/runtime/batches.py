@@ -70,6 +70,11 @@ trace = logging.getLogger("coxswain.worker.batches")
 FIRST_BATCH_SHARE = 0.5
 FIRST_BATCH_S = 0.5
 
+#: a gap between two batches up to this long (or the trigger's interval, when longer)
+#: is Spark's part of a batch (its logs, the source's planning), a longer one the query
+#: idling (measured: 80-150 ms on a quiet host, seconds under load)
+IDLE_GAP_S = 0.5
+
 #: (topic, partition) -> a number per partition of a batch (its end, or the source
 #: generation it read at)
 Ends = dict[tuple[str, int], int]
@@ -98,6 +103,8 @@ class BatchRunner:
         self._over = lease_over  # set when a commit is fenced or finds the lease lost
         self._max_delay_s = max_commit_delay_s
         self._trigger_s = trigger_interval_s
+        # a longer gap between two batches is the query idling, not Spark's part of it
+        self._idle_gap_s = max(trigger_interval_s, IDLE_GAP_S)
         self._pid = processor_id
         self.running: Running = nothing()
         # the source reads what the running tasks are after each change
@@ -117,8 +124,9 @@ class BatchRunner:
         self._size = size
         self._batch_offsets = batch_offsets
         self._set_limit = set_limit
-        # the last batch: (start, end, records, the limit the source read it under)
-        self._last: tuple[float, float, int, int | None] | None = None
+        # when the last batch ended, and Spark's part of a trigger last measured
+        self._last_end: float | None = None
+        self._spark_s = 0.0
         self._warm = False  # the query's first batch (Spark warming up) is not measured
         self._issued: int | None = None  # the limit the source reads under
         if size is not None:
@@ -280,6 +288,7 @@ class BatchRunner:
                 trace.debug("batch %d: lease over, not run", batch_id)
                 return  # this lease is over: the next owner takes these records
             started = time.monotonic()
+            under = self._issued  # the limit this batch was planned under
             plan = self.running.plan
             ranges = None if plan.system == "kinesis" else self._ranges(batch_id)
             if ranges is not None and self._read_ranges is not None:
@@ -327,8 +336,14 @@ class BatchRunner:
             took = ended - started
             if plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
                 # a batch cut short says nothing of a full one's duration: not measured
-                self._resize(0 if cut_short else read, started, ended)
+                self._resize(0 if cut_short else read, started, ended, under)
             self.busy.record(started, ended)
+            # what each batch did, one line (a user's sign of progress)
+            log.info("batch %d: %d records for %d of %d tasks in %.2fs%s%s", batch_id, read,
+                     len({s.task for s in now.starts}) if read else 0,
+                     len({s.task for s in plan.starts}), took,
+                     f", next at most {self._issued} records" if self._size is not None
+                     and plan.system != "kinesis" else "", " (cut short)" if cut_short else "")
             self.batches += 1
             self.stats = {
                 "batchSeconds": round(took, 3), "version": plan.version,
@@ -389,27 +404,33 @@ class BatchRunner:
                 records[split_key(key)] = end - start
         return ends, gens, records, readers_of(found)
 
-    def _resize(self, records: int, started: float, ended: float) -> None:
-        """Steer the next batches' size on the last batch (``records`` 0: this one is not
-        to be measured, as a batch cut short): its ``foreachBatch`` time plus
-        Spark's part of the trigger after it (its logs, the source's planning: the gap to
-        this batch's start), when the two ran back to back; a longer gap is the query
-        idling (nothing to read, or a handover's wait for its barrier) and counts as
-        nothing, or the batch after every handover would look slow."""
-        # (the limit issued before this batch was planned: the one it was read under)
-        last, self._last = self._last, (started, ended, records, self._issued)
+    def _resize(self, records: int, started: float, ended: float,
+                read_under: int | None = None) -> None:
+        """Steer the next batch's size on this one, read under the limit ``read_under``
+        (default: the one issued now; ``records`` 0: not measured, as a batch cut short):
+        its ``foreachBatch`` time plus Spark's part of a trigger (its logs, the source's
+        planning), measured as the gap between the last batch's end and this one's start
+        when the two ran back to back. A longer gap is the query idling (nothing to read,
+        or a handover's wait for its barrier) and the last part measured stands in, or the
+        batch after every handover would look slow.
+
+        Measured as it ends, the batch steers the very next one: measured a batch later
+        (with the gap after it), a backlog's ramp lost a batch of fixed cost per step."""
+        last_end, self._last_end = self._last_end, ended
+        if last_end is not None and 0.0 <= started - last_end < self._idle_gap_s:
+            self._spark_s = started - last_end
         if self._size is None:
             return
-        if last is not None and last[2] > 0:
+        if records > 0:
             if not self._warm:  # the query's first batch: Spark and Python warming up
                 self._warm = True
             else:
-                gap = started - last[1]
-                seconds = (last[1] - last[0]) + (gap if gap < self._trigger_s else 0.0)
-                size = after_batch(self._size, last[2], seconds, last[3])
+                seconds = (ended - started) + self._spark_s
+                size = after_batch(self._size, records, seconds,
+                                   self._issued if read_under is None else read_under)
                 if size.limit != self._size.limit:
                     log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed "
-                              "cost %.2fs)", self._size.limit, size.limit, last[2], seconds,
+                              "cost %.2fs)", self._size.limit, size.limit, records, seconds,
                               size.fixed_s)
                 self._size = size
         self._issue(self._size.limit)  # (also back from a first batch's half)
@@ -438,11 +459,15 @@ class BatchRunner:
             for s in plan.starts:
                 partitions.setdefault(s.task, set()).add((s.topic, s.partition))
             batch, slots = self._placement.rows(self._ranges_read, partitions)
-        mine = (batch.withColumn("keyBucket", F.expr(plan.bucket_expr()))
-                .where(plan.filter_sql()).withColumn("taskName", F.expr(_task_column(plan))))
+        # one expression list per step: every DataFrame call is a py4j round trip and an
+        # analysis of the whole plan in the driver's JVM, and a batch paid ~70 ms for a
+        # chain of them at a few records (a profile of bench/peer.py's job at 40 rec/s)
+        mine = batch.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket") \
+            .where(plan.filter_sql())
         if slots is not None:  # a slot reads whole partitions: only its own tasks' rows
             mine = mine.where(f"({slot_sql(slots)}) = {SLOT}")
-        mine = mine.select(*columns)
+        mine = mine.selectExpr(*(f"{_task_column(plan)} AS taskName" if c == "taskName"
+                                 else f"`{c}`" for c in columns))
         checkpoint_id = new_checkpoint_id() if states is not None else None
         tasks = tuple(sorted({s.task for s in plan.starts}))
         # a Kafka partition's rows are read by one Spark task: when the reading tasks

@@ -41,7 +41,7 @@ class WorkerConfig:
     max_commit_delay_s: float = 60.0
     api: str = "batch"  # or "task": process_task(ctx, rows) per virtual task
     output_topic: str | None = None  # where process_task's returned rows go
-    trigger_interval_s: float = 0.5
+    trigger_interval_s: float = 0.25
     # Kafka: batches with a backlog sized to take about this long (``worker.batch_size``;
     # None: by the api, ``batch_size.default_target_s``)
     target_batch_s: float | None = None

