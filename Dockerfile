@@ -9,7 +9,7 @@
 #   docker build --target worker -t coxswain-worker .
 #
 # Both run as the unprivileged user coxswain (uid 10001) and take their settings from
-# COXSWAIN_* variables (or flags; see the README). The coordinator listens on 0.0.0.0:8080,
+# COXSWAIN_* variables (or flags; see docs/coordinator.md). The coordinator listens on 0.0.0.0:8080,
 # so it refuses to start without COXSWAIN_WORKER_TOKEN and COXSWAIN_ADMIN_TOKEN (or
 # COXSWAIN_INSECURE=true). A job's code goes on PYTHONPATH (/app): `FROM coxswain-worker`,
 # `COPY myjob.py /app/`, then `coxswain worker --app myjob:process_task ...`.

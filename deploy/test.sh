@@ -16,5 +16,7 @@ echo "==> ruff"
 .venv/bin/ruff check .
 echo "==> mypy"
 .venv/bin/mypy
+echo "==> docs (mkdocs build --strict: a broken link or anchor fails)"
+.venv/bin/mkdocs build --strict --quiet --site-dir .cache/site
 echo "==> pytest"
 .venv/bin/pytest "$@"

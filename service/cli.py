@@ -312,7 +312,8 @@ def _dev_up(args: argparse.Namespace) -> None:
               f" --input kafka.orders\n"
               f"  coxswain dev produce --kafka-bootstrap {kafka.bootstrap}\n"
               f"  coxswain worker --kafka-bootstrap {kafka.bootstrap} "
-              "--app examples.word_count_batch:process_batch\n"
+              "--api task --app examples.first_job:process_task --output-topic "
+              "orders-enriched\n"
               "(Ctrl-C stops the servers)", flush=True)
         try:
             while not stop.wait(1.0):
@@ -702,8 +703,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--token", default=None, help="worker bearer token (default "
                    "$COXSWAIN_WORKER_TOKEN)")
     w.add_argument("--spark-master", default="local[2]", help="Spark master URL: "
-                   "local[N], or a cluster's (spark://HOST:PORT, k8s://...; see the README's "
-                   "\"Running workers on a Spark cluster\")")
+                   "local[N], or a cluster's (spark://HOST:PORT, k8s://...; see "
+                   "docs/cluster.md)")
     w.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting, repeatable (e.g. spark.executor.memory=2g, "
                         "spark.driver.host=ADDRESS)")

@@ -95,7 +95,7 @@ class ZkMetadataStore:
 
     def path(self, namespace: str, key: str | None = None) -> str:
         """The znode of ``namespace`` (or of one of its keys). A few keys have the
-        Samza-like places of the README's layout: the version pointers are
+        Samza-like places of docs/deployment.md's metadata layout: the version pointers are
         ``/jobModelVersion`` and ``/activeJobModelVersion``, the desired config is
         ``/config``, a version's barrier is ``/barriers/{version}/state``."""
         if key is not None:

@@ -1,5 +1,5 @@
 """What a new user meets first: the docs pages without internet, help texts, clients in a
-pipe, and the README's example (register, heartbeat, first job model)."""
+pipe, and the documented example (docs/development.md: register, heartbeat, first job model)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_readme_example_register_heartbeat_then_first_job_model(
         assert registered.status_code == 201
         lease = {"Coxswain-Lease-Token": registered.json()["leaseToken"]}
         assert c.post("/processors/w1/heartbeat", json={}, headers=lease).status_code == 200
-        # the README's long poll waits for the first model instead
+        # the documented long poll waits for the first model instead
         model = c.get("/jobmodel", params={"processorId": "w1", "since": 0,
                                            "waitMs": 10000})
         assert model.status_code == 200

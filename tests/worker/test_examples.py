@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from examples.enrich_task import process_task
+from examples.first_job import process_task as first_job
 from examples.running_total import process_task as running_total
 from examples.word_count_batch import process_batch
 from worker.runtime import BatchContext, TaskContext, run_tasks
@@ -42,6 +43,27 @@ def test_word_count_batch_prints_the_top_keys(
         "timestamp timestamp, keyBucket int, taskName string")
     process_batch(df, BatchContext("w1", 3, 7, spark))
     assert "[w1 v3 batch 7] a=3, b=1" in capsys.readouterr().out
+
+
+def test_the_readmes_first_job_is_this_file_and_runs(spark: SparkSession) -> None:
+    """The first job the README shows is examples/first_job.py, whole, and it runs on
+    the worker's own per-task runner over orders as `coxswain dev produce` writes
+    them."""
+    root = Path(__file__).resolve().parents[2]
+    code = (root / "examples" / "first_job.py").read_text()
+    body = code[code.index("import json"):]  # (the docstring aside)
+    assert body in (root / "README.md").read_text()
+    assert len(body.strip().splitlines()) <= 12
+    orders = [(b"customer-1", {"seq": 0, "id": "a1", "amountCents": 1250}, 0),
+              (b"customer-2", {"seq": 0, "id": "b7", "amountCents": 99}, 1)]
+    df = spark.createDataFrame(
+        [(k, json.dumps(o).encode(), "orders", 0, off, None, 0, "Partition 0")
+         for k, o, off in orders],
+        "key binary, value binary, topic string, partition int, offset long, "
+        "timestamp timestamp, keyBucket int, taskName string")
+    ctx = BatchContext("w1", 1, 0, spark, ("Partition 0",))
+    out = [(bytes(r["key"]), bytes(r["value"])) for r in run_tasks(df, first_job, ctx).collect()]
+    assert out == [(b"customer-1", b"a1 12.50 EUR"), (b"customer-2", b"b7 0.99 EUR")]
 
 
 def test_enrich_task_keeps_keys_and_order() -> None:
