@@ -516,6 +516,13 @@ def _worker(args: argparse.Namespace) -> None:
                                               args.exactly_once_log)
     elif args.exactly_once_log:
         raise SystemExit("coxswain: --exactly-once-log is for --exactly-once")
+    if args.api == "task" and args.output_topic:
+        from worker.output_topic import OutputTopicMissing, check_output_topic
+
+        try:  # before anything starts: a typo is told now, not at the first output
+            check_output_topic(args.kafka_bootstrap, args.output_topic)
+        except OutputTopicMissing as e:
+            raise SystemExit(f"coxswain: {e}") from None
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
