@@ -254,6 +254,7 @@ def create_app(settings: Settings, clock: Clock | None = None,
             metrics.export_task_lags(coordinator.membership.task_lags)
             metrics.export_state_restores(coordinator.membership.stats,
                                           coordinator.latest_task_names)
+            metrics.export_query_restarts(coordinator.membership.stats)
             app.state.clock = clock
             buckets = BucketWatch(coordinator.membership.stats, coordinator.elasticity_factor,
                                   metrics.key_buckets, settings.bucket_signal_min_records)

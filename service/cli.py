@@ -430,6 +430,7 @@ def _worker(args: argparse.Namespace) -> None:
     from worker.exactly_once import ExactlyOnce
     from worker.runtime import (
         NotAStatefulJob,
+        QueryDied,
         Worker,
         WorkerConfig,
         spark_session,
@@ -444,6 +445,7 @@ def _worker(args: argparse.Namespace) -> None:
         py_files,
         shipment,
     )
+    from worker.runtime.query_failures import app_file
     from worker.runtime.spark import parse_conf
     from worker.state.blobs import BlobStoreOptions
     from worker.state.tasks import StateConfig
@@ -463,6 +465,9 @@ def _worker(args: argparse.Namespace) -> None:
     if args.target_batch_ms is not None and args.target_batch_ms <= 0:
         raise SystemExit("coxswain: --target-batch-ms must be positive")
     target_batch_s = None if args.target_batch_ms is None else args.target_batch_ms / 1000
+    if args.query_restarts < 0 or args.query_restart_window_s <= 0:
+        raise SystemExit("coxswain: --query-restarts must be 0 or more and "
+                         "--query-restart-window-s positive")
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise SystemExit("coxswain: --max-offsets-per-trigger must be at least 1")
     state = None
@@ -537,6 +542,9 @@ def _worker(args: argparse.Namespace) -> None:
         executor_state_dir=args.executor_state_dir, exactly_once=exactly_once,
         kafka_reader=args.kafka_reader,
         bucket_sample_interval_s=args.bucket_sample_interval_ms / 1000,
+        query_restarts=args.query_restarts,
+        query_restart_window_s=args.query_restart_window_s,
+        app_files=(app_file(module, hasattr(sys.modules.get(module), "__path__")),),
         task_hosts=not is_local_master(args.spark_master) and not args.location)
     if terminations.requested.is_set():
         return  # stopped before Spark started: nothing to hand over
@@ -594,7 +602,7 @@ def _worker(args: argparse.Namespace) -> None:
             worker.run()
     except KeyboardInterrupt:
         pass
-    except NotAStatefulJob as e:  # it left; Spark stops below
+    except (NotAStatefulJob, QueryDied) as e:  # it left; Spark stops below
         raise SystemExit(f"coxswain worker: {e}") from None
     finally:
         stop_spark(spark)
@@ -737,6 +745,15 @@ def parser() -> argparse.ArgumentParser:
                         "Spark's own Kafka connector (jvm). Either way one query for the "
                         "worker's life; which is faster depends on the job "
                         "(bench/RESULTS.md)")
+    w.add_argument("--query-restarts", type=int, default=5,
+                   help="a query that dies of anything but the app's code (a Python "
+                        "worker that did not connect back or crashed, a lost connection) "
+                        "is started again in the worker, its tasks from their "
+                        "checkpoints, at most this many times within "
+                        "--query-restart-window-s (0: the worker exits, as on a failure "
+                        "in the app's code)")
+    w.add_argument("--query-restart-window-s", type=float, default=600.0,
+                   help="the window --query-restarts counts in")
     w.add_argument("--target-batch-ms", type=int,
                    help="Kafka: with a backlog, micro-batches are sized to take about "
                         "this long; never more records than --max-offsets-per-trigger. "

@@ -81,6 +81,12 @@ class Metrics:
         for the tasks of the latest job model only."""
         self.registry.register(_RestoreCollector(stats, known))
 
+    def export_query_restarts(self, stats: Stats) -> None:
+        """``coxswain_query_restarts{processor}``: how often each processor's query was
+        started again after a failure outside its app's code, from its heartbeat stats
+        (``queryRestarts``; a processor's series leaves with it)."""
+        self.registry.register(_QueryRestartCollector(stats))
+
     # LifecycleObserver
     def job_model_generated(self, reason: str, seconds: float, tasks: int) -> None:
         """Record one generation."""
@@ -108,6 +114,22 @@ class _TaskLagCollector(Collector):
         for processor, lags in sorted(self._lags().items()):
             for task, lag in sorted(lags.items()):
                 family.add_metric([processor, task], lag)
+        yield family
+
+
+class _QueryRestartCollector(Collector):
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("coxswain_query_restarts",
+                                   "Query restarts after failures outside the app's code, "
+                                   "as each processor last reported them",
+                                   labels=["processor"])
+        for processor, stats in sorted(self._stats().items()):
+            value = stats.get("queryRestarts")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                family.add_metric([processor], float(value))
         yield family
 
 

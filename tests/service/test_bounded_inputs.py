@@ -97,3 +97,18 @@ def test_state_restores_reported_in_stats_are_exported_for_known_tasks_only(
         assert f"coxswain_state_restore_seconds{{{labels}}} 0.25" in metrics
         assert "invented" not in metrics
         assert 'task="Partition 1"' not in metrics.split("coxswain_state_restore")[-1]
+
+
+def test_query_restarts_reported_in_stats_are_a_metric_per_processor(
+    start_server: StartServer,
+) -> None:
+    server = start_server(*ARGS)
+    with server.client() as c:
+        w1, _ = joined(c, "w1", "host-a")
+        beat = c.post("/processors/w1/heartbeat", headers=w1.lease, json={"stats": {
+            "queryRestarts": 2, "lastQueryRestart": {"at": 1.0, "cause": "crashed"}}})
+        assert beat.status_code == 200, beat.text
+        assert 'coxswain_query_restarts{processor="w1"} 2.0' in c.get("/metrics").text
+        assert w1.leave().status_code == 204
+        assert 'coxswain_query_restarts{processor="w1"}' not in c.get("/metrics").text
+

@@ -129,3 +129,8 @@ def kinesis_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
                                   "version": ctx.version, "shard": int(p),
                                   "sequenceNumber": s}))
     return pd.DataFrame({"key": list(rows["key"]), "value": values})
+
+
+def failing_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """process_task failing on its first rows, as a bug in an app does."""
+    raise ValueError("an order without an amount")

@@ -22,11 +22,11 @@ from worker.runtime.contexts import (
     TaskContext,
     WorkerConfig,
 )
-from worker.runtime.handover import NotAStatefulJob
+from worker.runtime.handover import NotAStatefulJob, QueryDied
 from worker.runtime.spark import spark_session, stop_spark
 from worker.runtime.task_api import place_tasks, run_tasks, task_api
 from worker.runtime.worker import Worker
 
 __all__ = ["COLUMNS", "KINESIS_COLUMNS", "BatchContext", "NotAStatefulJob", "ProcessBatch",
-           "ProcessTask", "TaskContext", "Worker", "WorkerConfig", "place_tasks", "run_tasks",
-           "spark_session", "stop_spark", "task_api"]
+           "ProcessTask", "QueryDied", "TaskContext", "Worker", "WorkerConfig", "place_tasks",
+           "run_tasks", "spark_session", "stop_spark", "task_api"]

@@ -435,6 +435,12 @@ class BatchRunner:
                 self._size = size
         self._issue(self._size.limit)  # (also back from a first batch's half)
 
+    def query_restarted(self) -> None:
+        """A new query runs the batches from now on: its first batch warms Spark up
+        again, and no gap before it is Spark's part of a trigger."""
+        self._warm = False
+        self._last_end = None
+
     def _issue(self, limit: int) -> None:
         """Have the source read at most ``limit`` records from its next batch on."""
         if limit != self._issued:

@@ -66,6 +66,13 @@ class WorkerConfig:
     # ``keyBucketCounts`` in the heartbeats (the leader's empty- and hot-bucket
     # signals); 0: never, either API
     bucket_sample_interval_s: float = 30.0
+    # a query that dies of anything but the app's own code (``runtime.query_failures``)
+    # is started again, at most this many times within ``query_restart_window_s``
+    query_restarts: int = 5
+    query_restart_window_s: float = 600.0
+    # the app's source files as its tracebacks' frames end (``query_failures.app_file``):
+    # a failure through them is the app's, and ends the worker
+    app_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

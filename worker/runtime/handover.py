@@ -30,6 +30,7 @@ from worker.running import only
 from worker.runtime.batches import BatchRunner
 from worker.runtime.control import ModelFollower
 from worker.runtime.query import SourceQuery
+from worker.runtime.query_failures import Restarts, classify, python_traceback
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import restore_groups
 
@@ -65,6 +66,33 @@ class HandingOver:
             return None if self._now is None else dict(self._now)
 
 
+class QueryDied(RuntimeError):
+    """The worker's query died in the app's own code, or of other failures more often
+    than its restarts allow: the worker ends (its tasks handed over)."""
+
+
+class QueryRestarts:
+    """The query's restarts after failures not in the app's code, for the heartbeat
+    stats (``queryRestarts``, ``lastQueryRestart``); kept across leases."""
+
+    def __init__(self, restarts: Restarts, app_files: tuple[str, ...]) -> None:
+        self.restarts = restarts
+        self.app_files = app_files
+        self._lock = threading.Lock()
+        self._last: dict[str, Any] | None = None
+
+    def record(self, cause: str) -> None:
+        with self._lock:
+            self._last = {"at": round(time.time(), 3), "cause": cause}
+
+    def stats(self) -> dict[str, Any]:
+        """Nothing until the first restart."""
+        with self._lock:
+            if self._last is None:
+                return {}
+            return {"queryRestarts": self.restarts.total, "lastQueryRestart": dict(self._last)}
+
+
 class NotAStatefulJob(Exception):
     """A stateful worker under a coordinator run without ``--stateful``: its checkpoints
     name no ``stateSources``, so after a factor change the new tasks would start with
@@ -96,8 +124,10 @@ class Handover:
     def __init__(self, client: CoordinatorClient, processor_id: str, runner: BatchRunner,
                  query: SourceQuery, states: StateKeeping | None, follower: ModelFollower,
                  commit_wait_s: float, fencing: Fencing | None = None,
-                 handing_over: HandingOver | None = None) -> None:
+                 handing_over: HandingOver | None = None,
+                 restarts: QueryRestarts | None = None) -> None:
         self._client = client
+        self._restarts = restarts
         self._handing_over = handing_over or HandingOver()
         self._pid = processor_id
         self._runner = runner
@@ -123,7 +153,7 @@ class Handover:
         try:
             while not done():
                 model = self._follower.wait(seen, 0.5)
-                self._query.check()
+                self._recover_query()
                 if model is None or done():
                     continue
                 seen = (int(model["version"]), str(model["barrier"]))
@@ -131,6 +161,50 @@ class Handover:
         finally:
             self._handing_over.end()
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _recover_query(self) -> None:
+        """When the query died: end the worker if the app's code failed (or restarts are
+        spent), else drop the query and run every task again from its checkpoint in a
+        new one, as a handover to this very processor would (its lease and tasks kept:
+        the coordinator sees nothing but a pause in commits)."""
+        text = self._query.failure()
+        if text is None:
+            return
+        if self._restarts is None:
+            raise QueryDied(f"the query died: {text}")
+        failure = classify(text, self._restarts.app_files)
+        if failure.in_app:
+            log.info("the query's failure, whole: %s", text)
+            raise QueryDied("the query died in the app's code (Spark's whole error is "
+                            f"logged above):\n{python_traceback(text)}")
+        delay = self._restarts.restarts.next_delay(time.monotonic())
+        policy = self._restarts.restarts.policy
+        if delay is None:
+            raise QueryDied(
+                f"the query died {policy.max_restarts + 1} times within "
+                f"{policy.window_s:.0f}s of failures outside the app's code (restarted "
+                f"{policy.max_restarts} times: --query-restarts); the last: {text}")
+        tasks = self._runner.running.tasks
+        log.warning("the query died, not in the app's code (%s): a new query in %.1fs "
+                    "runs its %d tasks from their checkpoints (restart %d; at most %d "
+                    "within %.0fs)", failure.summary, delay, len(tasks),
+                    self._restarts.restarts.total, policy.max_restarts, policy.window_s)
+        log.info("the query's failure, whole: %s", text)
+        self._restarts.record(failure.summary)
+        if tasks:  # as lost tasks: stopped, their last commit awaited
+            self._runner.remove(tasks)
+            if not self._runner.flush(self._commit_wait_s):
+                log.error("the last commit of %d tasks not done within %.0fs (%s): they "
+                          "start from the commit before", len(tasks), self._commit_wait_s,
+                          self._runner.committer.last_failure)
+                self._runner.committer.forget(tasks)
+        self._restoring.clear()  # (restores under way end unused: planned again)
+        self._query.forget()
+        self._runner.query_restarted()
+        deadline = time.monotonic() + delay
+        while not self._done() and time.monotonic() < deadline:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        # the next step finds every task of the model gained: planned from checkpoints
 
     def _step(self, model: dict[str, Any]) -> None:
         version = int(model["version"])

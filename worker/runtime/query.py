@@ -6,6 +6,7 @@ and is never restarted for a handover."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -53,6 +54,7 @@ class SourceQuery:
         self._write_lock = threading.Lock()
         self._source = SourcePlan()
         self._max_records: int | None = None
+        self._failed: str | None = None  # why the query did not start (until forgotten)
 
     @property
     def cut_folder(self) -> Path:
@@ -77,7 +79,13 @@ class SourceQuery:
         stream = plan.starts[0].topic if plan.system == "kinesis" else None
         reads = (plan.system, stream)
         if self._query is None:
-            self._start(reads)
+            if self._failed is not None:
+                return  # dead at its start: nothing starts until it is forgotten
+            try:
+                self._start(reads)
+            except Exception as e:  # (Spark's Python workers, py4j): a query dead at start
+                self._failed = f"the query did not start: {_text(e)}"
+                log.warning("%s", self._failed)
         elif reads != self._reads:
             raise ValueError(f"a worker's query reads one input system and one Kinesis "
                              f"stream: {self._reads} for its life, now {reads}")
@@ -135,11 +143,25 @@ class SourceQuery:
                                      c.max_offsets_per_trigger)
         return df
 
-    def check(self) -> None:
-        """Raise when the query died (user code or Spark failing): a worker must not
-        idle holding a lease."""
-        if self._query is not None and not self._query.isActive:
-            raise RuntimeError(f"the query died: {self._query.exception()}")
+    def failure(self) -> str | None:
+        """Why the query died (its exception, tracebacks included), or None while it
+        runs (and before it starts)."""
+        if self._failed is not None:
+            return self._failed
+        if self._query is None or self._query.isActive:
+            return None
+        return _text(self._query.exception() or "the query stopped without an exception")
+
+    def forget(self) -> None:
+        """Drop a dead query: the next :meth:`apply` with tasks starts a new one, in a
+        checkpoint folder of its own (the source plan file stays where it is)."""
+        if self._query is not None:
+            with contextlib.suppress(Exception):  # dead already: whatever stop() says
+                self._query.stop()
+        folder, self._folder = self._folder, None
+        self._query = self._reads = self._failed = None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def progress(self) -> dict[str, Any] | None:
         """The query's last progress (None before its first)."""
@@ -155,3 +177,12 @@ class SourceQuery:
             log.info("query %s stopped", self._query.id)
         if self._owned:
             shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _text(error: object) -> str:
+    """``error`` as text (a py4j error's own str() fails once the JVM is gone)."""
+    try:
+        return str(error)
+    except Exception:
+        return type(error).__name__
+

@@ -33,8 +33,15 @@ from worker.runtime.batches import BatchRunner
 from worker.runtime.bucket_counts import BucketCounts
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
-from worker.runtime.handover import HandingOver, Handover, NotAStatefulJob
+from worker.runtime.handover import (
+    HandingOver,
+    Handover,
+    NotAStatefulJob,
+    QueryDied,
+    QueryRestarts,
+)
 from worker.runtime.query import SourceQuery
+from worker.runtime.query_failures import RestartPolicy, Restarts
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import TaskStates
 from worker.transactions import TransactionalOutput
@@ -92,6 +99,10 @@ class Worker:
                                           in_tasks=config.api == "task"))
         self._keeper: StateKeeper | None = None
         self._handing_over = HandingOver()  # reported in the heartbeats
+        # a query dying of anything but the app's code is started again (bounded)
+        self._restarts = QueryRestarts(
+            Restarts(RestartPolicy(config.query_restarts, config.query_restart_window_s)),
+            config.app_files)
         self._left = False
 
     @property
@@ -165,12 +176,15 @@ class Worker:
         try:
             Handover(self._client, self.processor_id, self._runner, self._query,
                      self._states, follower, self.config.max_commit_delay_s, fencing,
-                     self._handing_over).run(
+                     self._handing_over, self._restarts).run(
                 lambda: self._stop.is_set() or self._over.is_set())
         except (LeaseLost, Fenced) as e:  # an ack's answer
             log.error("lease lost (%s): stopping processing and registering again", e)
         except NotAStatefulJob as e:  # nothing ran: leave, and the process exits 1
             log.error("refusing to run: %s", e)
+            self._stop.set()
+            raise
+        except QueryDied:  # the app's code failed, or restarts are spent: leave, exit 1
             self._stop.set()
             raise
         finally:
@@ -208,6 +222,7 @@ class Worker:
 
     def _stats(self) -> dict[str, Any]:
         stats = dict(self._runner.stats)
+        stats.update(self._restarts.stats())
         handing_over = self._handing_over.stat()
         if handing_over is not None:  # the leader waits for it past the barrier timeout
             stats["handingOver"] = handing_over
