@@ -35,7 +35,7 @@ from service.local.kinesis import client as local_client
 from service.local.orders import create_topics, read_json_records
 from service.local.ports import stop_process_group
 from tests.service.server import Server
-from worker.kinesis_source import EARLIEST, ShardReader
+from worker.sources.kinesis import EARLIEST, ShardReader
 
 
 def client(kinesis: LocalKinesis) -> Any:
@@ -85,8 +85,8 @@ def shard_reader(c: Any, stream: str, records: int) -> float:
 def spark_source(spark: Any, kinesis: LocalKinesis, stream: str, records: int) -> float:
     from pyspark.sql import DataFrame
 
-    from worker.kinesis_source import NAME
-    from worker.source_plan import PartitionStart, SourcePlan, write_plan
+    from worker.sources.kinesis import NAME
+    from worker.sources.source_plan import PartitionStart, SourcePlan, write_plan
 
     seen, first, done = [0], [0.0], threading.Event()
 
@@ -183,8 +183,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()}")
-    from worker.kinesis_source import KinesisDataSource
     from worker.runtime import spark_session, stop_spark
+    from worker.sources.kinesis import KinesisDataSource
 
     os.environ.update(CREDENTIALS)
     kinesis = LocalKinesis.start()

@@ -427,7 +427,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     from service.logs import configure
     from worker.cut_signals import HttpSignals
-    from worker.exactly_once import ExactlyOnce
+    from worker.output.exactly_once import ExactlyOnce
     from worker.runtime import (
         NotAStatefulJob,
         QueryDied,
@@ -497,7 +497,7 @@ def _worker(args: argparse.Namespace) -> None:
                             args.blob_store_endpoint, args.blob_gc_interval_s,
                             args.blob_gc_grace_s, blob_options)
     if state is not None and not is_local_master(args.spark_master):
-        # a task pinned to its executor (worker.placement) waits this long for a core
+        # a task pinned to its executor (worker.cluster.placement) waits this long for a core
         # there, busy with a standby fetch, before Spark runs it elsewhere, where its
         # state would have to be restored (Spark's default: 3 s)
         spark_conf.setdefault("spark.locality.wait.process", "10s")
@@ -522,7 +522,7 @@ def _worker(args: argparse.Namespace) -> None:
     elif args.exactly_once_log:
         raise SystemExit("coxswain: --exactly-once-log is for --exactly-once")
     if args.api == "task" and args.output_topic:
-        from worker.output_topic import OutputTopicMissing, check_output_topic
+        from worker.output.topic import OutputTopicMissing, check_output_topic
 
         try:  # before anything starts: a typo is told now, not at the first output
             check_output_topic(args.kafka_bootstrap, args.output_topic)

@@ -12,7 +12,7 @@ model version: pure functions from the API's JSON to Spark options and SQL.
   below a sub-bucket's skip watermark, are dropped.
 * after a batch, the commit: every bucket of a partition advances to the batch's end
   offset of that partition, whether or not it had records.
-* Kinesis inputs (``worker.kinesis_source``): the same plan over shards, with offsets
+* Kinesis inputs (``worker.sources.kinesis``): the same plan over shards, with offsets
   compared as zero-padded text, end-of-shard markers filtered out (they only make the
   batch's end ``endingSequenceNumber + 1``), and tasks whose parent shards' key spaces
   are not finished (``waitingFor``) left out until they are.
@@ -61,7 +61,7 @@ class QueryPlan:
     """Everything a query for one version needs.
 
     ``system`` is ``kafka`` (the JVM connector's columns: ``offset`` a bigint) or
-    ``kinesis`` (``worker.kinesis_source``: sequence numbers outgrow every Spark integer,
+    ``kinesis`` (``worker.sources.kinesis``: sequence numbers outgrow every Spark integer,
     so offsets are compared through ``offsetKey``, the number as zero-padded text, and
     end-of-shard markers never reach user code)."""
 

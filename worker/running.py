@@ -1,6 +1,6 @@
 """What a worker's one long-running query processes, from batch to batch (pure): the
 running tasks (a ``QueryPlan``: their key spaces, starts and skip watermarks) and the
-source plan the query reads (``worker.source_plan``). A handover changes them at a batch
+source plan the query reads (``worker.sources.source_plan``). A handover changes them at a batch
 boundary; the query goes on.
 
 * Removing tasks drops their key spaces (and the partitions no task reads any more).
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from worker.plan import EARLIEST, LATEST, QueryPlan, SspStart
-from worker.source_plan import PartitionStart, SourcePlan, partition_key
+from worker.sources.source_plan import PartitionStart, SourcePlan, partition_key
 
 #: (task, topic, partition) -> the next offset after what the task processed there
 Done = Mapping[tuple[str, str, int], int]

@@ -18,8 +18,8 @@ from tests.service.conftest import StartServer
 from tests.service.workers import SimWorker, ack_all, offsets_for, wait_for_version
 from tests.worker.test_transactions import committed
 from worker.client import CoordinatorClient
-from worker.exactly_once import ExactlyOnce, Fencing, ensure_log_topic, latest_records
-from worker.transactions import CheckpointRecord, Fenced, TransactionalOutput
+from worker.output.exactly_once import ExactlyOnce, Fencing, ensure_log_topic, latest_records
+from worker.output.transactions import CheckpointRecord, Fenced, TransactionalOutput
 
 
 def test_the_latest_record_of_each_id_wins() -> None:

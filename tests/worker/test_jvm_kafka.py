@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics
-from worker.jvm_kafka import Planned, connector_options, planned_ranges, read_ranges
 from worker.runtime.spark import spark_session
+from worker.sources.jvm_kafka import Planned, connector_options, planned_ranges, read_ranges
 
 
 @pytest.fixture(scope="module")

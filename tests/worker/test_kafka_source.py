@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics
-from worker.kafka_consumers import ConsumerPool
-from worker.kafka_source import KafkaRange, _groups, read_range
+from worker.sources.kafka import KafkaRange, _groups, read_range
+from worker.sources.kafka_consumers import ConsumerPool
 
 
 def _offsets(batches: list[Any]) -> list[int]:

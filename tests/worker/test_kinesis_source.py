@@ -13,8 +13,8 @@ import pytest
 
 from service.local.kinesis import CREDENTIALS, LocalKinesis
 from tests.service.test_kinesis_inputs import kinesis_client, wait_active
-from worker.kinesis_source import EARLIEST, KinesisStreamReader, ShardReader, offset_key
-from worker.source_plan import PartitionStart, SourcePlan, write_plan
+from worker.sources.kinesis import EARLIEST, KinesisStreamReader, ShardReader, offset_key
+from worker.sources.source_plan import PartitionStart, SourcePlan, write_plan
 
 
 def _stream(client: Any, shards: int) -> str:

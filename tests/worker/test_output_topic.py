@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from service.local.kafka import LocalKafka
-from worker.output_topic import OutputTopicMissing, check_output_topic
+from worker.output.topic import OutputTopicMissing, check_output_topic
 
 
 def _topic(kafka: LocalKafka, name: str) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.kafka_source import KafkaRange
-from worker.placement import assign_slots, slot_ranges, slot_sql
+from worker.cluster.placement import assign_slots, slot_ranges, slot_sql
+from worker.sources.kafka import KafkaRange
 
 names = st.lists(st.sampled_from([f"t{i}" for i in range(40)]), unique=True, max_size=40)
 

@@ -28,7 +28,7 @@ from worker.running import (
     remove,
     rewound,
 )
-from worker.source_plan import partition_key
+from worker.sources.source_plan import partition_key
 
 TOPIC = "orders"
 PARTITIONS = 3

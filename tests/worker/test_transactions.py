@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics
-from worker.transactions import (
+from worker.output.transactions import (
     Fenced,
     TransactionalOutput,
     fence,

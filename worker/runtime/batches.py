@@ -27,12 +27,12 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from worker.batch_size import BatchSize, after_batch
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
+from worker.cluster.placement import SLOT, Placement, slot_sql
 from worker.commits import AsyncCommitter
 from worker.cut_signals import CutSignals, Left
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for
-from worker.jvm_kafka import Planned, planned_ranges
-from worker.kafka_source import readers_of
-from worker.placement import SLOT, Placement, slot_sql
+from worker.output.transactions import Fenced as TransactionFenced
+from worker.output.transactions import TransactionalOutput
 from worker.plan import QueryPlan, sql_string
 from worker.running import (
     Running,
@@ -53,11 +53,11 @@ from worker.runtime.boundary import BatchBoundary
 from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, owned_counts
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.task_api import placed_by_reads
-from worker.source_plan import split_key
+from worker.sources.jvm_kafka import Planned, planned_ranges
+from worker.sources.kafka import readers_of
+from worker.sources.source_plan import split_key
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import new_checkpoint_id
-from worker.transactions import Fenced as TransactionFenced
-from worker.transactions import TransactionalOutput
 
 log = logging.getLogger("coxswain.worker")
 # each batch's ranges, the key spaces it ran from where, its cuts and its commit: what
@@ -141,9 +141,10 @@ class BatchRunner:
         self._ranges_read: dict[str, Any] = {}  # the batch in flight's ranges (tracing)
         self.cuts = 0  # batches cut short so far
         # ``--kafka-reader jvm``: a batch's planned ranges read by Spark's Kafka connector
-        # instead of the source's own rows (``worker.jvm_kafka``)
+        # instead of the source's own rows (``worker.sources.jvm_kafka``)
         self._read_ranges = read_ranges
-        # a cluster master with state: each task pinned to an executor (``worker.placement``)
+        # a cluster master with state: each task pinned to an executor
+        # (``worker.cluster.placement``)
         self._placement = placement
 
     # -- the running tasks (each change applied at the batch boundary)
@@ -383,7 +384,7 @@ class BatchRunner:
 
     def _ranges(self, batch_id: int) -> tuple[Ends, Ends, Ends, int] | None:
         """A Kafka batch's ends, generations, records per partition and the Spark tasks
-        reading it, from the source's offsets (``worker.kafka_source``): no Spark job for
+        reading it, from the source's offsets (``worker.sources.kafka``): no Spark job for
         them (None: unreadable)."""
         found = self._batch_offsets(batch_id)
         self._planned_under = None

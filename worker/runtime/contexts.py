@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker.cuts import CutPlan
-from worker.exactly_once import ExactlyOnce
+from worker.output.exactly_once import ExactlyOnce
 from worker.state.executor import ExecutorStatePlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
@@ -56,7 +56,7 @@ class WorkerConfig:
     # checkpoint record written in one Kafka transaction per commit
     exactly_once: ExactlyOnce | None = None
     # who reads a Kafka batch the source planned: its consumers in Spark's Python workers
-    # ("python"), or Spark's own Kafka connector ("jvm", ``worker.jvm_kafka``)
+    # ("python"), or Spark's own Kafka connector ("jvm", ``worker.sources.jvm_kafka``)
     kafka_reader: str = "python"
     # a cluster worker whose location was not named (``--location``): each task's
     # executor host is reported as where the task is (the heartbeat stat ``taskHosts``)

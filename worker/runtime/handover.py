@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from worker.client import CoordinatorClient, CoordinatorError, Fenced
-from worker.exactly_once import Fencing
+from worker.output.exactly_once import Fencing
 from worker.plan import QueryPlan, plan_query
 from worker.running import only
 from worker.runtime.batches import BatchRunner

@@ -1,5 +1,5 @@
 """The worker's one Structured Streaming query, for its whole life: fed by a Coxswain
-source (``worker.kafka_source``, ``worker.kinesis_source``) that plans every micro-batch
+source (``worker.sources.kafka``, ``worker.sources.kinesis``) that plans every micro-batch
 from the source plan this module writes whenever the running tasks change. It starts
 once the first tasks are known (they say the input system and, for Kinesis, the stream)
 and is never restarted for a handover."""
@@ -20,12 +20,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from worker.kafka_source import kafka_stream
-from worker.kinesis_source import NAME as KINESIS
-from worker.kinesis_source import KinesisDataSource
 from worker.running import Running
 from worker.runtime.contexts import WorkerConfig
-from worker.source_plan import SourcePlan, write_plan
+from worker.sources.kafka import kafka_stream
+from worker.sources.kinesis import NAME as KINESIS
+from worker.sources.kinesis import KinesisDataSource
+from worker.sources.source_plan import SourcePlan, write_plan
 
 log = logging.getLogger("coxswain.worker")
 

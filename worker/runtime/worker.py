@@ -24,10 +24,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from worker import batch_size
 from worker.client import CoordinatorClient, Fenced, LeaseLost
+from worker.cluster.placement import Placement
 from worker.cut_signals import CutSignals, FolderSignals, HttpSignals
-from worker.exactly_once import Fencing, ensure_log_topic
-from worker.jvm_kafka import quiet_group_warning, read_ranges
-from worker.placement import Placement
+from worker.output.exactly_once import Fencing, ensure_log_topic
+from worker.output.transactions import TransactionalOutput
 from worker.runtime.app import is_local_master
 from worker.runtime.batches import BatchRunner
 from worker.runtime.bucket_counts import BucketCounts
@@ -42,9 +42,9 @@ from worker.runtime.handover import (
 )
 from worker.runtime.query import SourceQuery
 from worker.runtime.query_failures import RestartPolicy, Restarts
+from worker.sources.jvm_kafka import quiet_group_warning, read_ranges
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import TaskStates
-from worker.transactions import TransactionalOutput
 
 log = logging.getLogger("coxswain.worker")
 

@@ -69,7 +69,7 @@ def base_of(task: str, checkpoint: Mapping[str, Any]) -> TaskBase:
 
 
 class Pinning(Protocol):
-    """Runs work for tasks on the executors their batches run on (``worker.placement``)."""
+    """Runs work for tasks on the executors their batches run on (``worker.cluster.placement``)."""
 
     def run(self, items: Mapping[str, T], fn: Callable[[Iterable[tuple[str, T]]],
                                                         Iterable[R]]) -> list[R]: ...

@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from worker.jvm_kafka import planned_ranges
-from worker.kafka_source import SCHEMA, KafkaRange, read_range
 from worker.plan import sql_string
+from worker.sources.jvm_kafka import planned_ranges
+from worker.sources.kafka import SCHEMA, KafkaRange, read_range
 
 log = logging.getLogger("coxswain.worker")
 

@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from checkpoint.model import MAX_OFFSET_DIGITS
 from grouping.shards import shard_id, shard_partition
-from worker.source_plan import read_plan
+from worker.sources.source_plan import read_plan
 
 log = logging.getLogger("coxswain.kinesis")
 
@@ -235,7 +235,7 @@ def _client(options: Mapping[str, str]) -> Any:
 class ShardRange(InputPartition):
     """One Spark input partition: the records of one shard from ``start`` (an offset) to
     ``end`` (exclusive), and those records when the driver already has them; ``gen``:
-    the shard's source generation (``worker.source_plan``), a column of every row."""
+    the shard's source generation (``worker.sources.source_plan``), a column of every row."""
 
     partition: int
     start: str
@@ -246,7 +246,7 @@ class ShardRange(InputPartition):
 
 class KinesisStreamReader(DataSourceStreamReader):
     """Spark's side of :class:`ShardReader`: one input partition per shard and batch,
-    for the shards the worker's source plan names (``worker.source_plan``, read at every
+    for the shards the worker's source plan names (``worker.sources.source_plan``, read at every
     trigger: shards join and leave the query as its tasks do).
 
     Kinesis tells no shard's latest sequence number without reading its records, so the
@@ -356,7 +356,7 @@ class KinesisStreamReader(DataSourceStreamReader):
 class KinesisDataSource(DataSource):
     """``spark.readStream.format("coxswain-kinesis")`` with options ``stream``,
     ``endpoint``, ``region``, ``plan`` (the path of the worker's
-    ``worker.source_plan``: shard partitions, their starts and endings) and
+    ``worker.sources.source_plan``: shard partitions, their starts and endings) and
     ``maxRecordsPerShard`` (per trigger, 10000). Credentials: the usual AWS variables."""
 
     @classmethod

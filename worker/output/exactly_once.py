@@ -21,7 +21,7 @@ from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from worker.client import CoordinatorClient, CoordinatorError
-from worker.transactions import CheckpointRecord, fence, read_log, transactional_id
+from worker.output.transactions import CheckpointRecord, fence, read_log, transactional_id
 
 log = logging.getLogger("coxswain.worker")
 

@@ -2,7 +2,7 @@
 Python source's consumers (``coxswain worker --kafka-reader jvm``).
 
 The worker's one query still plans every batch with Coxswain's source
-(``worker.kafka_source``: the source plan, the broker's stable ends, the batch size), so
+(``worker.sources.kafka``: the source plan, the broker's stable ends, the batch size), so
 a handover stays a batch boundary without a query restart. Only the reading changes: the
 batch's ranges, from the query's offset log, are read by a batch query of Spark's Kafka
 connector over exactly those offsets, one Spark task per Kafka partition, with no Python
@@ -24,14 +24,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
 from worker.plan import sql_string
-from worker.source_plan import split_key
+from worker.sources.source_plan import split_key
 
 #: (topic, partition) -> (from, to, source generation) of a batch's ranges with records
 Planned = dict[tuple[str, int], tuple[int, int, int]]
 
 
 def planned_ranges(offsets: Mapping[str, Any]) -> Planned:
-    """The ranges with records of a batch's source offsets (``worker.kafka_source``)."""
+    """The ranges with records of a batch's source offsets (``worker.sources.kafka``)."""
     found: Planned = {}
     for key, r in (offsets.get("p") or {}).items():
         start, end = int(r["from"]), int(r["to"])

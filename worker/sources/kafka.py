@@ -3,7 +3,7 @@
 
 Spark's own Kafka source reads a partition set fixed when its query starts; a worker
 that kept one query for its life while its tasks change needs a source that plans each
-micro-batch from the current assignment: this one reads ``worker.source_plan`` (the
+micro-batch from the current assignment: this one reads ``worker.sources.source_plan`` (the
 partitions and where each starts) at every trigger, in the driver's source process, and
 asks the broker for the partitions' ends (the last stable offsets, as a read-committed
 consumer sees them) in one request. A batch is a range ``[from, to)`` of every Kafka
@@ -15,7 +15,7 @@ ranges of a batch are read by at most as many Spark tasks as there are cores
 
 Offsets (Spark's log of each batch): ``{"v": plan version, "r": readers, "p":
 {"topic/partition": {"from", "to", "g"}}}``: the batch's range of every partition and
-the generation of the plan's start it continues from (``worker.source_plan``), also a
+the generation of the plan's start it continues from (``worker.sources.source_plan``), also a
 column of every row (``gen``: ``worker.running`` counts a task's batches from its
 generation on); ``r``, the most Spark tasks reading it (:func:`readers_of`). With no new
 record and no change of plan, the end is the start again, so Spark runs no batch.
@@ -31,9 +31,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from worker.kafka_consumers import ConsumerPool, pool
 from worker.python_workers import settle
-from worker.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
+from worker.sources.kafka_consumers import ConsumerPool, pool
+from worker.sources.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
 
 NAME = "coxswain-kafka"
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -197,7 +197,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = None
                ) -> Generator[Any, None, None]:
     """The records of ``r`` as Arrow record batches (in the executor's Python worker),
-    read with a consumer of the process's pool (``worker.kafka_consumers``)."""
+    read with a consumer of the process's pool (``worker.sources.kafka_consumers``)."""
     import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415 (executor side)
     from confluent_kafka import TopicPartition  # noqa: PLC0415
 
@@ -267,7 +267,7 @@ def _batch(pa: Any, r: KafkaRange, keys: list[bytes | None], values: list[bytes 
 
 class KafkaDataSource(DataSource):
     """``spark.readStream.format("coxswain-kafka")`` with options ``plan`` (the path of
-    the worker's ``worker.source_plan``), ``bootstrap`` and ``maxOffsetsPerTrigger``
+    the worker's ``worker.sources.source_plan``), ``bootstrap`` and ``maxOffsetsPerTrigger``
     (records per trigger over all partitions; default: no limit)."""
 
     @classmethod
