@@ -14,8 +14,10 @@ started is stopped (by pid) at the end, on Ctrl-C, or on SIGTERM.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +55,11 @@ class DemoPlan:
     start_timeout_s: float = 240.0
     drain_timeout_s: float = 120.0
     stateful: bool = False  # a running total per customer in task state
+
+
+#: without a terminal the table goes to a log: written when the stage changes and at
+#: most this often within a stage (every refresh printed 1 025 lines in a run)
+LOG_TABLE_EVERY_S = 30.0
 
 
 @dataclass
@@ -94,6 +101,17 @@ class OrderCheck:
         return len(self.seen)
 
 
+def partition_lag(lags: dict[str, Any]) -> int:
+    """A processor's records behind, from its tasks' lags: each key bucket of a partition
+    reports the partition's lag, so they are counted once per partition (summed over
+    the tasks, a factor of 4 showed the backlog four times over)."""
+    per_partition: dict[str, int] = {}
+    for task, lag in lags.items():
+        partition = re.sub(r"_\d+_\d+$", "", str(task))  # "Partition 0_1_4" -> "Partition 0"
+        per_partition[partition] = max(per_partition.get(partition, 0), int(lag))
+    return sum(per_partition.values())
+
+
 def render(status: dict[str, Any], stage: str, elapsed_s: float, produced: int,
            check: OrderCheck) -> str:
     """The live table: one header line about the job, one row per processor."""
@@ -111,7 +129,7 @@ def render(status: dict[str, Any], stage: str, elapsed_s: float, produced: int,
     rows = [("PROCESSOR", "LOCATION", "TASKS", "RECORDS/S", "BATCH S", "LAG", "ON VERSION")]
     for p in status.get("processors", []):
         stats = p.get("stats") or {}
-        lag = sum(int(v) for v in (stats.get("consumerLag") or {}).values())
+        lag = partition_lag(stats.get("consumerLag") or {})
         rows.append((p["processorId"], p["locationId"], str(p["activeTasks"]),
                      f"{stats.get('recordsPerSecond', 0):,.0f}",
                      f"{stats.get('batchSeconds', 0):.2f}", f"{lag:,}",
@@ -164,6 +182,9 @@ class Demo:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # by name, in start order
         self._events: list[str] = []
         self._started = time.monotonic()
+        self._shown = ("", 0.0)  # (stage, when) the table was last written (no terminal)
+        # per elasticity factor stage: the workers' summed batch rates seen
+        self._rates: dict[str, list[float]] = {}
 
     # -- the script
 
@@ -261,6 +282,11 @@ class Demo:
                   f"({dup} duplicates); per-key order violations: {bad}"
                   + (f"; running totals not exactly their orders': {wrong}"
                      if self.plan.stateful else ""))
+        capacity = self.capacity_lines()
+        if capacity:
+            self._say("the workers' processing rate while busy, by elasticity factor "
+                      "(medians of their batches' records/s, summed):\n"
+                      + "\n".join(capacity))
         ok = distinct == produced and bad == 0 and wrong == 0
         self._say(("every order processed, each customer's orders in order"
                    + (", every running total exact" if self.plan.stateful else ""))
@@ -281,7 +307,8 @@ class Demo:
             with self._check_lock:
                 table = render(status, stage, time.monotonic() - self._started,
                                self.produced, self.check)
-            self._show(table)
+            self._show(table, stage)
+            self._capacity(stage, status)
             if done(status):
                 return True
             if time.monotonic() >= deadline:
@@ -389,13 +416,34 @@ class Demo:
 
     # -- output
 
-    def _show(self, table: str) -> None:
+    def _show(self, table: str, stage: str) -> None:
         if self._live:  # redraw in place, the latest events under the table
             events = "".join(f"\n  {e}" for e in self._events[-6:])
             self._out.write("\x1b[H\x1b[2J" + table + "\n" + events + "\n")
-        else:
+        else:  # a log, not a screen: the table when the stage changes, and every 30 s
+            now = time.monotonic()
+            if stage == self._shown[0] and now - self._shown[1] < LOG_TABLE_EVERY_S:
+                return
+            self._shown = (stage, now)
             self._out.write(table + "\n\n")
         self._out.flush()
+
+    def _capacity(self, stage: str, status: dict[str, Any]) -> None:
+        """Sample the workers' summed batch rates during a factor's stage (what they
+        process per second while busy: the capacity a factor gives, whatever the
+        producer's rate)."""
+        if not stage.startswith("elasticity factor ") or stage.endswith("handing over"):
+            return
+        rates = [float((p.get("stats") or {}).get("recordsPerSecond") or 0)
+                 for p in status.get("processors", [])]
+        if rates and all(r > 0 for r in rates):
+            self._rates.setdefault(stage.removeprefix("elasticity factor "), []).append(
+                sum(rates))
+
+    def capacity_lines(self) -> list[str]:
+        """Per factor, the median of the workers' summed batch rates in its stage."""
+        return [f"  factor {factor}: {statistics.median(rates):,.0f} records/s"
+                for factor, rates in self._rates.items() if rates]
 
     def _say(self, line: str) -> None:
         self._events.append(f"{time.monotonic() - self._started:5.0f}s  {line.strip()}")

@@ -1,6 +1,7 @@
 """The demo's parts: the per-key order check, the live table, a start-up wait's report."""
 
 import io
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def test_table_shows_processors_tasks_lag_and_throughput() -> None:
     assert "produced 1,234  processed 1" in table[2]
     assert table[4].split() == ["PROCESSOR", "LOCATION", "TASKS", "RECORDS/S", "BATCH", "S",
                                 "LAG", "ON", "VERSION"]
-    assert table[5].split() == ["worker-1", "host-1", "8", "812", "0.51", "15", "5"]
+    # the key buckets of partition 0 each report the partition's records behind: counted
+    # once (summed, a factor of 4 showed the backlog four times over)
+    assert table[5].split() == ["worker-1", "host-1", "8", "812", "0.51", "10", "5"]
     assert table[6].split() == ["worker-2", "host-2", "8", "0", "0.00", "0", "-"]
 
 
@@ -87,3 +90,36 @@ def test_a_start_up_wait_that_times_out_says_which_what_it_saw_and_where_the_log
     assert "expected 2 processors registered; saw processors none" in said
     assert f"last lines of {tmp_path / 'worker-1.log'}" in said
     assert "java.net.BindException: boom" in said
+
+
+def test_without_a_terminal_the_table_is_logged_per_stage_and_every_30_s() -> None:
+    out = io.StringIO()  # (not a terminal)
+    demo = Demo(DemoPlan(workers=2), out=out)
+    try:
+        demo._show("table A", "elasticity factor 1")
+        demo._show("table B", "elasticity factor 1")  # same stage, seconds later
+        demo._show("table C", "elasticity factor 4")
+        assert out.getvalue() == "table A\n\ntable C\n\n"
+        demo._shown = ("elasticity factor 4", 0.0)  # 30 s and more ago
+        demo._show("table D", "elasticity factor 4")
+        assert out.getvalue().endswith("table D\n\n")
+    finally:
+        shutil.rmtree(demo.work_dir, ignore_errors=True)
+
+
+def test_the_capacity_per_factor_is_the_median_of_the_workers_summed_rates() -> None:
+    demo = Demo(DemoPlan(workers=2), out=io.StringIO())
+    try:
+        busy = {"processors": [{"stats": {"recordsPerSecond": 300.0}},
+                               {"stats": {"recordsPerSecond": 200.0}}]}
+        starting = {"processors": [{"stats": {"recordsPerSecond": 300.0}}, {"stats": {}}]}
+        for status in (busy, busy, starting):
+            demo._capacity("elasticity factor 1", status)
+        demo._capacity("elasticity factor 4: handing over", busy)  # not a stage's rate
+        demo._capacity("elasticity factor 4", {"processors": [
+            {"stats": {"recordsPerSecond": 900.0}}, {"stats": {"recordsPerSecond": 1000.0}}]})
+        assert demo.capacity_lines() == ["  factor 1: 500 records/s",
+                                         "  factor 4: 1,900 records/s"]
+    finally:
+        shutil.rmtree(demo.work_dir, ignore_errors=True)
+
