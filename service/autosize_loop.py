@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,11 +62,13 @@ def run(url: str, token: str | None, apply: bool, interval_s: float, min_factor:
         max_factor: int | None, applier: Applier,
         keep_going: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], object] = time.sleep) -> None:
-    """Follow the recommendation until ``keep_going()`` is false."""
+        sleep: Callable[[float], object] = time.sleep,
+        verify: ssl.SSLContext | bool = True) -> None:
+    """Follow the recommendation until ``keep_going()`` is false (``verify``: what the
+    coordinator's HTTPS certificate is checked with)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     params = {k: v for k, v in (("minFactor", min_factor), ("maxFactor", max_factor)) if v}
-    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+    with httpx.Client(base_url=url, headers=headers, timeout=30, verify=verify) as http:
         while keep_going():
             try:
                 answer = http.get("/autosize", params=params)

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import tempfile
 import threading
@@ -27,6 +28,7 @@ import httpx
 from service.local.orders import EXAMPLE_TOPICS
 
 if TYPE_CHECKING:
+    from common.tls import ClientTls
     from service.settings import Settings
 
 SUPPRESS = argparse.SUPPRESS
@@ -108,6 +110,11 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--admin-token", {"help": "bearer token of operator routes"}),
     ("--insecure", {"action": "store_true",
                     "help": "allow a non-loopback address without tokens"}),
+    ("--tls-cert", {"help": "serve HTTPS with this certificate chain (PEM file), with "
+                            "--tls-key"}),
+    ("--tls-key", {"help": "the private key of --tls-cert (PEM file)"}),
+    ("--tls-client-ca", {"help": "mutual TLS: require client certificates signed by this "
+                                 "CA (PEM file)"}),
     ("--replica-id", {"help": "this replica's id (default hostname-pid)"}),
     ("--log-json", {"action": "store_true", "help": "one JSON object per log line"}),
     ("--log-level", {"help": "DEBUG | INFO | WARNING (INFO), then LOGGER=LEVEL "
@@ -139,6 +146,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from common.tls import TlsConfigError
     from coordinator.sql_leader import LeadershipHeld
     from coordinator.store_lock import StoreLocked
     from service.app import create_app, store_leader, store_lock
@@ -164,10 +172,15 @@ def _serve(args: argparse.Namespace) -> None:
         leader = store_leader(settings, on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM))
     except (StoreLocked, LeadershipHeld) as e:
         raise SystemExit(f"coxswain: {e}") from None
+    tls = settings.server_tls()
+    try:
+        tls_options = tls.uvicorn_options() if tls is not None else {}
+    except TlsConfigError as e:
+        raise SystemExit(f"coxswain: {e}") from None
     try:
         uvicorn.run(create_app(settings, store_leader=leader), host=settings.host,
                     port=settings.port, log_config=None, timeout_graceful_shutdown=5,
-                    **protocol_options(settings.header_timeout_ms / 1000))
+                    **protocol_options(settings.header_timeout_ms / 1000), **tls_options)
     finally:
         if leader is not None:
             leader.stop()  # gives the lease up: a successor need not wait it out
@@ -186,9 +199,42 @@ def _db(args: argparse.Namespace) -> None:
     engine.dispose()
 
 
+def _client_tls_options(p: argparse.ArgumentParser) -> None:
+    """``--ca-file``, ``--client-cert`` and ``--client-key``: a client of an HTTPS
+    coordinator (``--tls-cert``; mutual TLS with ``--tls-client-ca``)."""
+    p.add_argument("--ca-file", default=os.environ.get("COXSWAIN_CA_FILE"),
+                   help="trust the coordinator's certificate from this CA bundle (PEM; "
+                        "default $COXSWAIN_CA_FILE, else the system's CAs)")
+    p.add_argument("--client-cert", default=os.environ.get("COXSWAIN_CLIENT_CERT"),
+                   help="present this certificate (PEM) to a coordinator requiring client "
+                        "certificates (default $COXSWAIN_CLIENT_CERT), with --client-key")
+    p.add_argument("--client-key", default=os.environ.get("COXSWAIN_CLIENT_KEY"),
+                   help="the private key of --client-cert (default $COXSWAIN_CLIENT_KEY)")
+
+
+def _client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """The TLS options a client command was given (None: none), checked."""
+    from common.tls import ClientTls, TlsConfigError
+
+    if not (args.ca_file or args.client_cert or args.client_key):
+        return None
+    try:
+        tls = ClientTls(args.ca_file, args.client_cert, args.client_key)
+        tls.context()  # the files read now: a wrong path is told before anything starts
+    except TlsConfigError as e:
+        raise SystemExit(f"coxswain: {e}") from None
+    return tls
+
+
+def _verify(args: argparse.Namespace) -> ssl.SSLContext | bool:
+    """What a client verifies the coordinator with (True: the system's CAs)."""
+    tls = _client_tls(args)
+    return True if tls is None else tls.context()
+
+
 def _client(args: argparse.Namespace) -> httpx.Client:
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    return httpx.Client(base_url=args.url, headers=headers, timeout=30)
+    return httpx.Client(base_url=args.url, headers=headers, timeout=30, verify=_verify(args))
 
 
 def _call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> Any:
@@ -381,7 +427,7 @@ def _autosize(args: argparse.Namespace) -> None:
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it quietly
         run(args.url, args.token, args.apply, args.interval_s, args.min_factor,
             args.max_factor, Applier(args.cooldown_s, args.confirmations),
-            keep_going=lambda: not stop.is_set(), sleep=stop.wait)
+            keep_going=lambda: not stop.is_set(), sleep=stop.wait, verify=_verify(args))
 
 
 def _require_worker_extra(command: str) -> None:
@@ -532,6 +578,7 @@ def _worker(args: argparse.Namespace) -> None:
         coordinator=args.coordinator, kafka_bootstrap=args.kafka_bootstrap,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),
         token=args.token or os.environ.get("COXSWAIN_WORKER_TOKEN"),
+        tls=_client_tls(args),
         spark_master=args.spark_master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         target_batch_s=target_batch_s,
@@ -684,6 +731,7 @@ def parser() -> argparse.ArgumentParser:
                        help="the coordinator (default $COXSWAIN_URL or %(default)s)")
         c.add_argument("--token", default=os.environ.get("COXSWAIN_TOKEN"),
                        help="bearer token, admin token for scale (default $COXSWAIN_TOKEN)")
+        _client_tls_options(c)
         c.set_defaults(client=True)
 
     w = sub.add_parser("worker", help="run a PySpark worker (one processor)",
@@ -715,6 +763,7 @@ def parser() -> argparse.ArgumentParser:
                    "coordinator)")
     w.add_argument("--location", help="location id for host affinity (default: the hostname)")
     # not shown as a default: a token does not belong in --help output
+    _client_tls_options(w)
     w.add_argument("--token", default=None, help="worker bearer token (default "
                    "$COXSWAIN_WORKER_TOKEN)")
     w.add_argument("--spark-master", default="local[2]", help="Spark master URL: "
@@ -853,6 +902,7 @@ def parser() -> argparse.ArgumentParser:
                       help="the coordinator ($COXSWAIN_URL)")
     auto.add_argument("--token", default=os.environ.get("COXSWAIN_TOKEN"),
                       help="admin token for POST /scale ($COXSWAIN_TOKEN)")
+    _client_tls_options(auto)
     auto.add_argument("--apply", action="store_true", help="change the factor (default: "
                                                            "only log what it would do)")
     auto.add_argument("--interval-s", type=float, default=15.0, help="seconds between reads")

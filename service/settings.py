@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from checkpoint.model import ResetPolicy
+from common.tls import ServerTls
 from grouping.groupers import GROUPERS
 from grouping.key_bucket import is_power_of_two
 from grouping.key_hash import KeyHash
@@ -143,6 +144,11 @@ class Settings(BaseSettings):
     leader_lease_ms: int = Field(
         10_000, ge=500, description="leadership lease of a coordinator on a shared SQL store "
                                     "without ZooKeeper (one leader per store)")
+    tls_cert: str | None = Field(None, description="serve HTTPS with this certificate "
+                                                   "chain (PEM), with tls_key")
+    tls_key: str | None = Field(None, description="the private key of tls_cert (PEM)")
+    tls_client_ca: str | None = Field(
+        None, description="mutual TLS: require client certificates signed by this CA")
     worker_token: SecretStr | None = None
     admin_token: SecretStr | None = None
     insecure: bool = False
@@ -207,6 +213,20 @@ class Settings(BaseSettings):
         if backend != "zookeeper" and self.zk:
             raise ValueError(f"--zk is for --metadata-store zookeeper, not {backend}")
         return self
+
+    @model_validator(mode="after")
+    def _tls_is_whole(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (HTTPS)")
+        return self
+
+    def server_tls(self) -> ServerTls | None:
+        """HTTPS, when a certificate was given."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return ServerTls(self.tls_cert, self.tls_key, self.tls_client_ca)
 
     @model_validator(mode="after")
     def _discovery_needs_kafka(self) -> Settings:

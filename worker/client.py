@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +65,8 @@ class CoordinatorClient:
                  base_delay_s: float = 0.1, max_delay_s: float = 3.0,
                  request_timeout_s: float = 15.0,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 verify: ssl.SSLContext | bool = True) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
         if not self.urls:
@@ -72,7 +74,7 @@ class CoordinatorClient:
         # a stopped (SIGSTOP) replica accepts connections and never answers: a short read
         # timeout, lengthened per call by the long poll's wait
         self._timeout_s = request_timeout_s
-        self._http = httpx.Client(headers=headers,
+        self._http = httpx.Client(headers=headers, verify=verify,
                                   timeout=httpx.Timeout(request_timeout_s, connect=5.0))
         self._current = 0
         self._retry_for_s = retry_for_s

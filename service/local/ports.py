@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Callable
@@ -59,13 +60,14 @@ def wait_started(proc: subprocess.Popen[bytes], ready: Callable[[], bool], what:
         raise
 
 
-def wait_until_answering(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """True once ``url`` answers 200; False when ``proc`` (the server) exits first or
-    ``timeout_s`` passes."""
+def wait_until_answering(url: str, proc: subprocess.Popen[bytes], timeout_s: float,
+                         verify: ssl.SSLContext | bool = True) -> bool:
+    """True once ``url`` answers 200 (HTTPS checked with ``verify``); False when ``proc``
+    (the server) exits first or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            if httpx.get(url, timeout=0.5).status_code == 200:
+            if httpx.get(url, timeout=0.5, verify=verify).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -26,10 +27,12 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     launcher: list[str] = field(default_factory=list)  # e.g. ip netns exec NAME
+    # HTTPS (``--tls-cert``): its certificate checked with this
+    verify: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.verify is not None else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0) -> Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -40,7 +43,8 @@ class Server:
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **self.env})
-        if wait_until_answering(f"{self.url}/healthz", self.proc, timeout_s):
+        if wait_until_answering(f"{self.url}/healthz", self.proc, timeout_s,
+                                True if self.verify is None else self.verify):
             return self
         if self.proc.poll() is not None:
             raise RuntimeError(f"coordinator exited early:\n{self.log()}")
@@ -68,4 +72,5 @@ class Server:
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30,
+                            verify=True if self.verify is None else self.verify)

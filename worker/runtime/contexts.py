@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.tls import ClientTls
 from worker.cuts import CutPlan
 from worker.output.exactly_once import ExactlyOnce
 from worker.state.executor import ExecutorStatePlan
@@ -36,6 +37,9 @@ class WorkerConfig:
     processor_id: str | None = None
     location: str = field(default_factory=socket.gethostname)
     token: str | None = None
+    # an HTTPS coordinator: the CA bundle its certificate is checked with (None: the
+    # system's CAs) and, for mutual TLS, the worker's certificate
+    tls: ClientTls | None = None
     spark_master: str = "local[2]"
     max_offsets_per_trigger: int | None = None
     max_commit_delay_s: float = 60.0

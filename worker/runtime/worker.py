@@ -56,7 +56,9 @@ class Worker:
                  spark: SparkSession, client: CoordinatorClient | None = None,
                  cut_signals: CutSignals | None = None) -> None:
         self.config = config
-        self._client = client or CoordinatorClient(config.coordinator, config.token)
+        self._client = client or CoordinatorClient(
+            config.coordinator, config.token,
+            verify=config.tls.context() if config.tls is not None else True)
         self._stop = threading.Event()
         self._over = threading.Event()  # this lease is over (lost, or a commit fenced)
         self.processor_id = config.processor_id or ""
