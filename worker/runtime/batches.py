@@ -471,10 +471,12 @@ class BatchRunner:
         # chain of them at a few records (a profile of bench/peer.py's job at 40 rec/s)
         mine = batch.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket") \
             .where(plan.filter_sql())
+        task = f"{_task_column(plan)} AS taskName"
         if slots is not None:  # a slot reads whole partitions: only its own tasks' rows
-            mine = mine.where(f"({slot_sql(slots)}) = {SLOT}")
-        mine = mine.selectExpr(*(f"{_task_column(plan)} AS taskName" if c == "taskName"
-                                 else f"`{c}`" for c in columns))
+            mine = mine.selectExpr("*", task).where(f"({slot_sql(slots)}) = {SLOT}") \
+                .selectExpr(*(f"`{c}`" for c in columns))
+        else:
+            mine = mine.selectExpr(*(task if c == "taskName" else f"`{c}`" for c in columns))
         checkpoint_id = new_checkpoint_id() if states is not None else None
         tasks = tuple(sorted({s.task for s in plan.starts}))
         # a Kafka partition's rows are read by one Spark task: when the reading tasks
