@@ -145,6 +145,8 @@ class Worker:
             self._client.leave(self.processor_id)
         except Exception as e:
             log.warning("leaving failed: %s", e)
+        else:
+            log.info("%s left the group", self.processor_id)
 
     def _one_lease(self) -> None:
         """Register, then follow the job models until this lease is over."""
