@@ -270,7 +270,8 @@ def _status(args: argparse.Namespace) -> None:
     last = s.get("lastRebalance") or {}
     print(f"leader {s['leaderId']}  latest version {s['latestVersion']}  active version "
           f"{s['activeVersion']}  barrier {s['barrier']}  elasticity factor "
-          f"{s['elasticityFactor']}  balance {s['balance']}")
+          f"{s['elasticityFactor']}  balance {s['balance']} (most minus fewest active "
+          "tasks on a processor)")
     if last:
         print(f"last rebalance: version {last['version']} ({last['reason']})")
     rows = [(p["processorId"], p["locationId"], p["activeTasks"], p["standbyTasks"])
@@ -352,14 +353,17 @@ def _dev_up(args: argparse.Namespace) -> None:
                 f"  {aws} coxswain worker --kinesis-endpoint {kinesis.endpoint} "
                 f"--kafka-bootstrap {kafka.bootstrap} --api task --app "
                 "examples.enrich_task:process_task --output-topic orders-enriched\n")
+        # the first topic is the input, a second the output (the defaults' roles)
+        source = args.topics[0][0]
+        sink = args.topics[1][0] if len(args.topics) > 1 else "OUTPUT-TOPIC"
         print(f"ZooKeeper: {zk.connect_string}\nKafka:     {kafka.bootstrap}\n"
               f"topics:    {topics}\n" + kinesis_lines + "\ntry, each in its own terminal:\n"
               f"  coxswain serve --zk {zk.connect_string} --kafka-bootstrap {kafka.bootstrap}"
-              f" --input kafka.orders\n"
-              f"  coxswain dev produce --kafka-bootstrap {kafka.bootstrap}\n"
+              f" --input kafka.{source}\n"
+              f"  coxswain dev produce --kafka-bootstrap {kafka.bootstrap} --topic {source}\n"
               f"  coxswain worker --kafka-bootstrap {kafka.bootstrap} "
               "--api task --app examples.first_job:process_task --output-topic "
-              "orders-enriched\n"
+              f"{sink}\n"
               "(Ctrl-C stops the servers)", flush=True)
         try:
             while not stop.wait(1.0):
