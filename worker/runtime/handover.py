@@ -144,7 +144,8 @@ class Handover:
         self._checked = 0.0  # when the waiting tasks were last asked about
         self._pool = ThreadPoolExecutor(RESTORE_THREADS, thread_name_prefix="restore")
         self._restore_failures = 0
-        self._retry_at = 0.0  # after a failed restore: plan again from then
+        # after a failed restore or a query restart: gained tasks planned from then on
+        self._retry_at = 0.0
 
     def run(self, done: Callable[[], bool]) -> None:
         """Until ``done()`` (the lease is over, or the worker stops)."""
@@ -201,10 +202,10 @@ class Handover:
         self._restoring.clear()  # (restores under way end unused: planned again)
         self._query.forget()
         self._runner.query_restarted()
-        deadline = time.monotonic() + delay
-        while not self._done() and time.monotonic() < deadline:
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-        # the next step finds every task of the model gained: planned from checkpoints
+        # the next steps find every task of the model gained, planned from checkpoints
+        # once the pause is over (as after a failed restore); new versions are acked
+        # meanwhile, so the pause never holds a barrier up
+        self._retry_at = max(self._retry_at, time.monotonic() + delay)
 
     def _step(self, model: dict[str, Any]) -> None:
         version = int(model["version"])
