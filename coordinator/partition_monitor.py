@@ -20,6 +20,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from common.kafka_clients import Brokers, settings_of
 from coordinator.input_poller import InputPoller, InputState, SourceUnavailable, StreamStatus
 from grouping.model import SystemStreamPartition
 
@@ -37,8 +38,8 @@ class PartitionSource(Protocol):
 class KafkaPartitionSource:
     """Partition counts from a Kafka cluster's metadata (confluent-kafka AdminClient)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 5.0) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    def __init__(self, bootstrap: Brokers, timeout_s: float = 5.0) -> None:
+        self._admin = AdminClient(settings_of(bootstrap).client({"log_level": 3}))
         self._timeout_s = timeout_s
 
     def partition_counts(self, streams: Sequence[str]) -> dict[str, int | None]:

@@ -124,10 +124,11 @@ def store_leader(settings: Settings, on_lost: Callable[[], None]) -> SqlLeaseLea
 def partition_monitor(settings: Settings, coordinator: Coordinator) -> PartitionMonitor | None:
     """The Kafka partition monitor, when inputs are given without a partition count."""
     streams = settings.monitored_streams()
-    if not streams or not settings.kafka_bootstrap:
+    kafka = settings.kafka_client()
+    if not streams or kafka is None:
         return None
     return PartitionMonitor(
-        streams, KafkaPartitionSource(settings.kafka_bootstrap),
+        streams, KafkaPartitionSource(kafka),
         settings.partition_poll_interval_ms / 1000, lambda: coordinator.inputs,
         coordinator.update_inputs, coordinator.leader.is_leader)
 
@@ -177,8 +178,9 @@ async def metadata_backend(
         yield SqlMetadataStore(engine), sql_leader, leading_now.append
         return
     if backend == "kafka":
-        assert settings.kafka_bootstrap is not None
-        stream = KafkaMetadataStore(settings.kafka_bootstrap, settings.job, settings.replica_id)
+        kafka = settings.kafka_client()
+        assert kafka is not None
+        stream = KafkaMetadataStore(kafka, settings.job, settings.replica_id)
         await asyncio.to_thread(stream.start)
         try:
             yield stream, EmbeddedLeader(settings.replica_id), lambda _: None
@@ -186,9 +188,15 @@ async def metadata_backend(
             await asyncio.to_thread(stream.close)
         return
     assert settings.zk is not None
-    session = ZkSession(settings.zk, settings.zk_session_timeout_ms / 1000)
+    session = ZkSession(settings.zk, settings.zk_session_timeout_ms / 1000,
+                        digest=settings.zk_digest())
     await asyncio.to_thread(session.start)
     root = f"/coxswain/{settings.job}"
+    try:
+        await asyncio.to_thread(session.protect, root)
+    except BaseException:
+        await asyncio.to_thread(session.stop)
+        raise
     store = ZkMetadataStore(session.client, root)
     bound: list[Coordinator] = []
 

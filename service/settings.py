@@ -25,6 +25,8 @@ from pydantic_settings import (
 )
 
 from checkpoint.model import ResetPolicy
+from common.kafka_clients import KafkaClientSettings, load
+from common.secrets import read_secret
 from common.tls import ServerTls
 from grouping.groupers import GROUPERS
 from grouping.key_bucket import is_power_of_two
@@ -128,6 +130,13 @@ class Settings(BaseSettings):
     kafka_bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers: inputs given as SYSTEM.STREAM get their "
                           "partition count from Kafka, polled by the leader")
+    kafka_config: list[str] = Field(
+        default_factory=list, description="properties files of Kafka client settings "
+                                          "(librdkafka names), for every Kafka client")
+    kafka_option: list[str] = Field(
+        default_factory=list, description="KEY=VALUE Kafka client settings over "
+                                          "kafka_config's; secrets as ${env:NAME} or "
+                                          "${file:PATH}")
     partition_poll_interval_ms: int = Field(30_000, ge=100)
     kinesis_endpoint: str | None = Field(
         None, description="Kinesis API endpoint for kinesis.STREAM inputs (default: AWS's)")
@@ -140,6 +149,10 @@ class Settings(BaseSettings):
     zk: str | None = Field(None, description="HOST:PORT[,...][/chroot]: HA on ZooKeeper")
     job: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
                      description="job name: its root znode is /coxswain/{job}")
+    zk_auth: SecretStr | None = Field(
+        None, description="USER:PASSWORD for ZooKeeper digest auth (the environment or a "
+                          "config file; on the command line: zk_auth_file)")
+    zk_auth_file: Path | None = Field(None, description="a file holding zk_auth")
     zk_session_timeout_ms: int = Field(6_000, ge=400)
     leader_lease_ms: int = Field(
         10_000, ge=500, description="leadership lease of a coordinator on a shared SQL store "
@@ -151,6 +164,8 @@ class Settings(BaseSettings):
         None, description="mutual TLS: require client certificates signed by this CA")
     worker_token: SecretStr | None = None
     admin_token: SecretStr | None = None
+    worker_token_file: Path | None = None
+    admin_token_file: Path | None = None
     insecure: bool = False
     replica_id: str = Field(default_factory=default_replica_id)
     log_json: bool = False
@@ -213,6 +228,39 @@ class Settings(BaseSettings):
         if backend != "zookeeper" and self.zk:
             raise ValueError(f"--zk is for --metadata-store zookeeper, not {backend}")
         return self
+
+    @model_validator(mode="after")
+    def _kafka_settings_load(self) -> Settings:
+        self.kafka_client()  # a typo or a literal secret in an option: told at start
+        return self
+
+    @model_validator(mode="after")
+    def _secret_files_read(self) -> Settings:
+        for field, path in (("worker_token", self.worker_token_file),
+                            ("admin_token", self.admin_token_file),
+                            ("zk_auth", self.zk_auth_file)):
+            if path is not None:
+                setattr(self, field, SecretStr(read_secret(path, field + "_file")))
+        if self.zk_auth is not None:
+            user, sep, password = self.zk_auth.get_secret_value().partition(":")
+            if not sep or not user or not password:
+                raise ValueError("zk_auth must be USER:PASSWORD")
+            if self.metadata_backend() != "zookeeper":
+                raise ValueError("ZooKeeper auth (zk_auth) is for --zk")
+        return self
+
+    def zk_digest(self) -> tuple[str, str] | None:
+        """(user, password) of ZooKeeper digest auth, if given."""
+        if self.zk_auth is None:
+            return None
+        user, _, password = self.zk_auth.get_secret_value().partition(":")
+        return user, password
+
+    def kafka_client(self) -> KafkaClientSettings | None:
+        """Every Kafka client's settings (None: no Kafka brokers given)."""
+        if not self.kafka_bootstrap and not self.kafka_config and not self.kafka_option:
+            return None
+        return load(self.kafka_bootstrap, self.kafka_config, self.kafka_option)
 
     @model_validator(mode="after")
     def _tls_is_whole(self) -> Settings:

@@ -28,11 +28,13 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from service.local.kafka import LocalKafka  # noqa: E402
+from common.kafka_clients import KafkaClientSettings  # noqa: E402
+from service.local.kafka import LocalKafka, SaslSsl  # noqa: E402
 from service.local.kinesis import LocalKinesis  # noqa: E402
 from service.local.s3 import CREDENTIALS, LocalS3  # noqa: E402
 from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
 from tests.infra import background, sigterm  # noqa: E402
+from tests.infra.certs import make_certs  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
 
 
@@ -94,6 +96,32 @@ def kafka() -> Iterator[LocalKafka]:
     broker = LocalKafka.create().start()
     yield broker
     broker.destroy()
+
+
+#: the SCRAM identities of the secured broker: its own, and the one Coxswain uses
+SCRAM_BROKER = ("broker", "broker-scram-pw-41c9d2")
+SCRAM_USER, SCRAM_PASSWORD = "coxswain-test", "scram-pw-7f3a9c1e5b"
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A second broker, started by the first test that needs it, as a production
+    cluster's: one SASL_SSL listener (SCRAM-SHA-512 credentials added at
+    ``kafka-storage format``, a CA and certificate made here with openssl) and no
+    plaintext one; stopped by pid at the end."""
+    certs = make_certs(tmp_path_factory.mktemp("kafka-tls"))
+    broker = LocalKafka.create(sasl_ssl=SaslSsl(
+        certs.server_pem(), certs.ca, (SCRAM_BROKER, (SCRAM_USER, SCRAM_PASSWORD)))).start()
+    yield broker
+    broker.destroy()
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(secured_broker: LocalKafka) -> KafkaClientSettings:
+    """Coxswain's client settings for :func:`secured_broker` (librdkafka names), as a
+    user of a production cluster has them."""
+    assert secured_broker.sasl_ssl is not None
+    return secured_broker.sasl_ssl.client(secured_broker.bootstrap, user=1)
 
 
 @pytest.fixture(scope="session")

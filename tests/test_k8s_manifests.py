@@ -5,6 +5,7 @@ workers' and autosizer's arguments parse with Coxswain's own CLI."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -45,18 +46,33 @@ def test_each_object_is_a_valid_kubernetes_model(obj: dict[str, Any]) -> None:
     assert ApiClient().sanitize_for_serialization(parsed)["kind"] == obj["kind"]
 
 
-def test_the_coordinator_settings_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_coordinator_settings_validate(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
     secret = by_kind("Secret", "coxswain")["stringData"]
     env = {e["name"]: e.get("value", "replica-0") for e in container(
         by_kind("Deployment", "coxswain"))["env"]}
+    # the Kafka Secret's client.properties where the pod mounts it (here: a folder)
+    kafka_files = by_kind("Secret", "coxswain-kafka")["stringData"]
+    assert json.loads(env["COXSWAIN_KAFKA_CONFIG"]) == ["/etc/coxswain/kafka/client.properties"]
+    (tmp_path / "client.properties").write_text(kafka_files["client.properties"])
+    env["COXSWAIN_KAFKA_CONFIG"] = json.dumps([str(tmp_path / "client.properties")])
     for name, value in {**secret, **env}.items():
         monkeypatch.setenv(name, value)
     settings = Settings()
     assert settings.zk and settings.store and settings.stateful
     assert settings.input == ["kafka.orders"] and settings.replica_id == "replica-0"
+    assert settings.zk_digest() == ("coxswain-orders", "CHANGE-ME")
+    kafka = settings.kafka_client()
+    assert kafka is not None and dict(kafka.options)["security.protocol"] == "SASL_SSL"
+    tls = settings.server_tls()
+    assert tls is not None and tls.cert == "/etc/coxswain/tls/tls.crt"
     deployment = by_kind("Deployment", "coxswain")
     probes = container(deployment)
     assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert probes["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    mounts = {v["name"]: v["secret"]["secretName"]
+              for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert mounts == {"tls": "coxswain-tls", "kafka": "coxswain-kafka"}
     assert deployment["spec"]["replicas"] == 3
     assert by_kind("PodDisruptionBudget", "coxswain")["spec"]["minAvailable"] == 2
 
@@ -68,7 +84,10 @@ def test_worker_and_autosizer_arguments_parse() -> None:
     parsed = parser().parse_args(args)
     assert parsed.processor_id == "pod_name" and parsed.location == "node_name"
     assert parsed.stateful and parsed.state_dir == "/var/lib/coxswain/state"
-    env = {e["name"]: e["valueFrom"] for e in container(workers)["env"]}
+    assert parsed.coordinator.startswith("https://")
+    assert parsed.kafka_config == ["/etc/coxswain/kafka/client.properties"]
+    env = {e["name"]: e.get("valueFrom") or e["value"] for e in container(workers)["env"]}
+    assert env["COXSWAIN_CA_FILE"] == "/etc/coxswain/tls/ca.crt"
     assert env["POD_NAME"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["NODE_NAME"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     autosizer = parser().parse_args(container(by_kind("Deployment", "coxswain-autosizer"))["args"])

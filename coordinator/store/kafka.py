@@ -48,6 +48,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from common.kafka_clients import Brokers, settings_of
 from coordinator.errors import Fenced, StoreUnavailable
 from coordinator.store.metadata import Fence, Versioned
 
@@ -77,13 +78,13 @@ def topic_name(job: str) -> str:
 class KafkaMetadataStore:
     """A :class:`~coordinator.store.metadata.MetadataStore` on a compacted Kafka topic."""
 
-    def __init__(self, bootstrap: str, job: str, replica_id: str,
+    def __init__(self, bootstrap: Brokers, job: str, replica_id: str,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, timeout_s: float = 30.0,
                  topic_config: Mapping[str, str] | None = None) -> None:
         """``topic_config`` adds to the config of the topic when this store creates it."""
         self.topic = topic_name(job)
         self._topic_config = dict(topic_config or {})
-        self._bootstrap = bootstrap
+        self._kafka = settings_of(bootstrap)
         self._replica_id = replica_id
         self._chunk_bytes = chunk_bytes
         self._timeout_s = timeout_s
@@ -98,9 +99,9 @@ class KafkaMetadataStore:
         self._fenced = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-            "linger.ms": 0, "message.max.bytes": 1_000_000, "log_level": 2})
+        self._producer = Producer(self._kafka.client({
+            "acks": "all", "enable.idempotence": True,
+            "linger.ms": 0, "message.max.bytes": 1_000_000, "log_level": 2}))
         self._consumer: Consumer | None = None
         self._probe: Consumer | None = None
         self._errors: builtins.list[str] = []
@@ -110,15 +111,15 @@ class KafkaMetadataStore:
     def start(self) -> None:
         """Create the topic if missing, read it to the end, claim the writer epoch, tail."""
         self._ensure_topic()
-        self._consumer = Consumer({
-            "bootstrap.servers": self._bootstrap, "group.id": f"coxswain-{uuid.uuid4().hex}",
+        self._consumer = Consumer(self._kafka.client({
+            "group.id": f"coxswain-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "enable.partition.eof": True, "log_level": 2})
+            "enable.partition.eof": True, "log_level": 2}))
         self._consumer.assign([TopicPartition(self.topic, 0, 0)])
         # the tail's consumer is polled by its thread; end offsets are asked of another
-        self._probe = Consumer({"bootstrap.servers": self._bootstrap,
-                                "group.id": f"coxswain-probe-{uuid.uuid4().hex}",
-                                "enable.auto.commit": False, "log_level": 2})
+        self._probe = Consumer(self._kafka.client({
+            "group.id": f"coxswain-probe-{uuid.uuid4().hex}",
+            "enable.auto.commit": False, "log_level": 2}))
         self._thread = threading.Thread(target=self._tail, name="coordinator-stream",
                                         daemon=True)
         self._thread.start()
@@ -464,7 +465,7 @@ class KafkaMetadataStore:
         return value
 
     def _ensure_topic(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self._bootstrap, "log_level": 2})
+        admin = AdminClient(self._kafka.client({"log_level": 2}))
         try:
             metadata = admin.list_topics(timeout=self._timeout_s)
         except KafkaException as e:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from common.kafka_clients import KafkaClientSettings, plain
 from common.paths import cache_dir
 from service.local.ports import free_ports, stop_process
 
@@ -96,6 +97,28 @@ def exit_reason(log: str, errors: int = 5, tail: int = 1500) -> str:
     return f"{cause}\n...\n{log[-tail:]}"
 
 
+@dataclass(frozen=True)
+class SaslSsl:
+    """A broker as a production cluster's: its one listener wants TLS and SASL/SCRAM (no
+    plaintext listener; the brokers talk to each other through it too). The broker's key
+    and certificate chain in one PEM file, the CA clients trust, and the SCRAM users
+    (name, password) added when the storage is formatted (KRaft has no ZooKeeper to add
+    them to later); the first is the broker's own identity."""
+
+    keystore_pem: Path
+    ca: Path
+    users: tuple[tuple[str, str], ...]
+    mechanism: str = "SCRAM-SHA-512"
+
+    def client(self, bootstrap: str, user: int = 0) -> KafkaClientSettings:
+        """Client settings (librdkafka names) of the ``user``-th identity."""
+        name, password = self.users[user]
+        return KafkaClientSettings(bootstrap, tuple(sorted({
+            "security.protocol": "SASL_SSL", "sasl.mechanism": self.mechanism,
+            "sasl.username": name, "sasl.password": password,
+            "ssl.ca.location": str(self.ca)}.items())))
+
+
 @dataclass
 class LocalKafka:
     """One KRaft broker+controller on loopback, with its data in ``data_dir``."""
@@ -106,36 +129,68 @@ class LocalKafka:
     port_given: bool = False  # the caller's port: never replaced by another
     proc: subprocess.Popen[bytes] | None = None
     log_start: int = 0  # where this start's lines begin in server.log (it appends)
+    sasl_ssl: SaslSsl | None = None  # its listener's security (None: PLAINTEXT)
 
     @property
     def bootstrap(self) -> str:
         """``bootstrap.servers`` for clients."""
         return f"127.0.0.1:{self.port}"
 
+    def client_settings(self) -> KafkaClientSettings:
+        """What a client needs to reach this broker."""
+        return (plain(self.bootstrap) if self.sasl_ssl is None
+                else self.sasl_ssl.client(self.bootstrap))
+
     @staticmethod
-    def create(data_dir: Path | None = None, port: int | None = None) -> LocalKafka:
+    def create(data_dir: Path | None = None, port: int | None = None,
+               sasl_ssl: SaslSsl | None = None) -> LocalKafka:
         """Configure and format a broker (not started)."""
         libs = fetch_jars()
         root = data_dir or cache_dir() / "kafka" / "brokers" / uuid.uuid4().hex[:8]
         root.mkdir(parents=True, exist_ok=True)
         broker_port, *others = [p for p in free_ports(3) if p != port]
-        kafka = LocalKafka(root, port or broker_port, others[0], port_given=port is not None)
+        kafka = LocalKafka(root, port or broker_port, others[0], port_given=port is not None,
+                           sasl_ssl=sasl_ssl)
         kafka._write_properties()
         if not (root / "logs" / "meta.properties").exists():
+            scram = [] if sasl_ssl is None else [
+                arg for name, password in sasl_ssl.users
+                for arg in ("--add-scram",
+                            f"{sasl_ssl.mechanism}=[name={name},password={password}]")]
             kafka._java("kafka.tools.StorageTool", "format", f"--cluster-id={random_cluster_id()}",
-                        "-c", str(root / "server.properties"), "--ignore-formatted", libs=libs)
+                        "-c", str(root / "server.properties"), "--ignore-formatted", *scram,
+                        libs=libs)
         return kafka
+
+    def _listener_lines(self) -> list[str]:
+        """The client listener: PLAINTEXT, or SASL_SSL for clients and brokers alike."""
+        address = f"127.0.0.1:{self.port}"
+        controller = f"CONTROLLER://127.0.0.1:{self.controller_port}"
+        if self.sasl_ssl is None:
+            return [f"listeners=PLAINTEXT://{address},{controller}",
+                    f"advertised.listeners=PLAINTEXT://{address}",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"]
+        secured = self.sasl_ssl
+        name, password = secured.users[0]
+        prefix = f"listener.name.sasl_ssl.{secured.mechanism.lower()}"
+        return [f"listeners=SASL_SSL://{address},{controller}",
+                f"advertised.listeners=SASL_SSL://{address}",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+                "inter.broker.listener.name=SASL_SSL",
+                f"sasl.enabled.mechanisms={secured.mechanism}",
+                f"sasl.mechanism.inter.broker.protocol={secured.mechanism}",
+                f"{prefix}.sasl.jaas.config=org.apache.kafka.common.security.scram."
+                f'ScramLoginModule required username="{name}" password="{password}";',
+                "ssl.keystore.type=PEM", f"ssl.keystore.location={secured.keystore_pem}",
+                "ssl.truststore.type=PEM", f"ssl.truststore.location={secured.ca}"]
 
     def _write_properties(self) -> None:
         root = self.data_dir
         (root / "server.properties").write_text("\n".join([
             "process.roles=broker,controller",
             "node.id=1",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            *self._listener_lines(),
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
             f"log.dirs={root / 'logs'}",
             "num.partitions=1",
@@ -231,7 +286,7 @@ class LocalKafka:
                 time.sleep(0.1)
                 continue
             try:
-                AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}) \
+                AdminClient(self.client_settings().client({"log_level": 0})) \
                     .list_topics(timeout=2.0)
                 return
             except Exception:

@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from common.kafka_clients import Brokers, settings_of
+
 # what `coxswain dev up` creates: the examples' input and the enrich example's output
 EXAMPLE_TOPICS: tuple[tuple[str, int], ...] = (("orders", 8), ("orders-enriched", 8))
 
@@ -30,7 +32,7 @@ def parse_topic(spec: str) -> tuple[str, int]:
     return name, int(count) if count else 1
 
 
-def create_topics(bootstrap: str, topics: Sequence[tuple[str, int]],
+def create_topics(bootstrap: Brokers, topics: Sequence[tuple[str, int]],
                   timeout_s: float = 60.0) -> list[str]:
     """Create ``(name, partitions)`` topics (replication 1); existing ones are kept as they
     are. Returns the names created now."""
@@ -39,7 +41,7 @@ def create_topics(bootstrap: str, topics: Sequence[tuple[str, int]],
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    admin = AdminClient(settings_of(bootstrap).client({"log_level": 2}))
     futures = admin.create_topics([NewTopic(name, n, 1) for name, n in topics])
     created = []
     for name, future in futures.items():
@@ -65,7 +67,7 @@ def create_topics(bootstrap: str, topics: Sequence[tuple[str, int]],
         time.sleep(0.1)
 
 
-def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
+def produce_orders(bootstrap: Brokers, topic: str, rate: float, keys: int,
                    keep_going: Callable[[], bool],
                    on_delivery: Callable[[object, object], None] | None = None,
                    count: int | None = None, seed: int = 7) -> int:
@@ -75,7 +77,7 @@ def produce_orders(bootstrap: str, topic: str, rate: float, keys: int,
     Python user's producer has it: a job's key hash (xxhash64) is independent of it."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 2})
+    producer = Producer(settings_of(bootstrap).client({"linger.ms": 20, "log_level": 2}))
 
     def send(orders: list[tuple[str, bytes]]) -> None:
         for key, value in orders:
@@ -135,7 +137,7 @@ def _produce(send: Callable[[list[tuple[str, bytes]]], None], rate: float, keys:
     return sent
 
 
-def read_json_records(bootstrap: str, topic: str, partition: int = 0,
+def read_json_records(bootstrap: Brokers, topic: str, partition: int = 0,
                       idle_s: float = 5.0) -> list[dict[str, Any]]:
     """Every record of ``topic``'s ``partition`` from the start, as JSON objects; stops at
     the partition's end (or after ``idle_s`` without a record). How checkers read a job's
@@ -144,9 +146,9 @@ def read_json_records(bootstrap: str, topic: str, partition: int = 0,
     output without transactions is read whole."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.partition.eof": True, "log_level": 2,
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(settings_of(bootstrap).client({
+        "group.id": uuid.uuid4().hex, "enable.partition.eof": True, "log_level": 2,
+        "isolation.level": "read_committed"}))
     consumer.assign([TopicPartition(topic, partition, 0)])
     out: list[dict[str, Any]] = []
     try:

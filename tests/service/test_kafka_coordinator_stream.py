@@ -18,12 +18,24 @@ from tests.service.conftest import StartServer
 from tests.service.workers import SimWorker, ack_all, wait_for_version
 
 
+@pytest.mark.parametrize("listener", ["plaintext", "sasl_ssl"])
 def test_a_coordinator_restart_on_the_stream_keeps_its_state(
-    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+    start_server: StartServer, request: pytest.FixtureRequest, tmp_path: Path, listener: str
 ) -> None:
+    """(On SASL_SSL: the stream's producer, consumers and admin client with the
+    settings of ``--kafka-config``, on a broker without a plaintext listener.)"""
+    kafka: LocalKafka = request.getfixturevalue(
+        "kafka" if listener == "plaintext" else "secured_broker")
+    settings = kafka.client_settings()
+    secured: list[str] = []
+    if settings.secured:
+        props = tmp_path / "client.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in settings.options))
+        secured = ["--kafka-config", str(props)]
     job = f"job{uuid.uuid4().hex[:8]}"
     args = ("--metadata-store", "kafka", "--kafka-bootstrap", kafka.bootstrap, "--job", job,
-            "--input", "kafka.orders:4", "--debounce-ms", "100", "--lease-ttl-ms", "60000")
+            "--input", "kafka.orders:4", "--debounce-ms", "100", "--lease-ttl-ms", "60000",
+            *secured)
     server = start_server(*args, data_dir=tmp_path)
     with server.client() as c:
         workers = [SimWorker(c, f"w{i}", f"host-{i}") for i in range(2)]
@@ -39,7 +51,7 @@ def test_a_coordinator_restart_on_the_stream_keeps_its_state(
         before = c.get("/status").json()
     server.kill()
 
-    store = KafkaMetadataStore(kafka.bootstrap, job, "inspector")
+    store = KafkaMetadataStore(settings, job, "inspector")
     store.start()
     try:
         locality = {k: v.value.decode() for k, v in store.list("taskLocality").items()}

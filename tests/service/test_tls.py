@@ -8,58 +8,20 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from common.tls import ClientTls
+from tests.infra.certs import Certs, make_certs
 from tests.service.server import Server
 from worker.client import CoordinatorClient
 
 
-@dataclass(frozen=True)
-class Certs:
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-    other_ca: Path  # trusts nothing here
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def _ca(folder: Path, name: str) -> tuple[Path, Path]:
-    key, cert = folder / f"{name}.key", folder / f"{name}.pem"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-             "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert))
-    return cert, key
-
-
-def _signed(folder: Path, name: str, ca: tuple[Path, Path], ext: str) -> tuple[Path, Path]:
-    key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.pem"
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-             "-keyout", str(key), "-out", str(csr))
-    extfile = folder / f"{name}.ext"
-    extfile.write_text(ext)
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-             "-CAcreateserial", "-days", "2", "-extfile", str(extfile), "-out", str(cert))
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    folder = tmp_path_factory.mktemp("tls")
-    ca = _ca(folder, "coxswain-test-ca")
-    server = _signed(folder, "server", ca, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                           "extendedKeyUsage=serverAuth\n")
-    client = _signed(folder, "worker-w1", ca, "extendedKeyUsage=clientAuth\n")
-    other, _ = _ca(folder, "other-ca")
-    return Certs(ca[0], server[0], server[1], client[0], client[1], other)
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 def _server(tmp_path: Path, certs: Certs, *extra: str) -> Server:

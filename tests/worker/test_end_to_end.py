@@ -34,8 +34,8 @@ class Producing:
     def __init__(self, kafka: LocalKafka, topic: str) -> None:
         # confluent-kafka's default partitioner (librdkafka's CRC-32 of the key), as a
         # Python user has it: a new job's key hash (xxhash64) is independent of it
-        self.producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all",
-                                  "enable.idempotence": True, "log_level": 2})
+        self.producer = Producer(kafka.client_settings().client(
+            {"acks": "all", "enable.idempotence": True, "log_level": 2}))
         self.topic = topic
         self.seq: dict[str, int] = defaultdict(int)
         self.total = 0
@@ -60,7 +60,7 @@ class Producing:
 
 
 def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
-    return read_json_records(kafka.bootstrap, topic)
+    return read_json_records(kafka.client_settings(), topic)
 
 
 def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
@@ -122,7 +122,7 @@ def check_lost_and_order(records: list[dict[str, Any]], producing: Producing
 def new_topics(kafka: LocalKafka, partitions: int) -> tuple[str, str]:
     """A fresh input topic with ``partitions`` partitions and a one-partition output."""
     topic, output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka.bootstrap, [(topic, partitions), (output, 1)])
+    create_topics(kafka.client_settings(), [(topic, partitions), (output, 1)])
     return topic, output
 
 

@@ -47,9 +47,9 @@ pytestmark = pytest.mark.slow
 
 def read_committed(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
     """Every record a read_committed reader finds in ``topic`` (one partition) now."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": uuid.uuid4().hex,
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "log_level": 2})
+    consumer = Consumer(kafka.client_settings().client({
+        "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
+        "enable.auto.commit": False, "log_level": 2}))
     out: list[dict[str, Any]] = []
     try:
         tp = TopicPartition(topic, 0)

@@ -12,9 +12,11 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from common.kafka_clients import KafkaClientSettings
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics
 from worker.runtime.spark import spark_session
+from worker.runtime.task_api import OUTPUT_SCHEMA
 from worker.sources.jvm_kafka import Planned, connector_options, planned_ranges, read_ranges
 
 
@@ -78,3 +80,19 @@ def test_ranges_are_read_exactly_read_committed_one_spark_partition_each(
     again = read_ranges(spark, kafka.bootstrap, group, {(topic, 1): (0, 5, 8)}).collect()
     assert [bytes(r["value"]) for r in again] == committed[1][:5]
     assert {r["gen"] for r in again} == {8}
+
+
+def test_the_connector_reads_and_spark_s_sink_writes_through_sasl_ssl(
+        secured_kafka: KafkaClientSettings, spark: SparkSession) -> None:
+    """The librdkafka-named settings, translated (SCRAM into ``sasl.jaas.config``, the CA
+    into a PEM trust store), reach the JVM's Kafka clients: ``--kafka-reader jvm`` and
+    ``--api task --output-topic`` without ``--exactly-once``."""
+    topic = f"jvm-secured-{uuid.uuid4().hex[:8]}"
+    create_topics(secured_kafka, [(topic, 1)])
+    rows = spark.createDataFrame([(f"k{i}".encode(), f"v{i}".encode()) for i in range(7)],
+                                 OUTPUT_SCHEMA)
+    rows.write.format("kafka").options(**secured_kafka.spark_options()) \
+        .option("topic", topic).save()
+    got = read_ranges(spark, secured_kafka, f"coxswain-reader-{uuid.uuid4().hex[:8]}",
+                      {(topic, 0): (0, 7, 1)}).collect()
+    assert sorted(bytes(r["value"]) for r in got) == [f"v{i}".encode() for i in range(7)]

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from common.kafka_clients import Brokers
 from worker.plan import sql_string
 from worker.sources.jvm_kafka import planned_ranges
 from worker.sources.kafka import SCHEMA, KafkaRange, read_range
@@ -112,7 +113,7 @@ def executors(spark: SparkSession) -> frozenset[str]:
 class Placement:
     """The placement RDD of one application and the slot of every task."""
 
-    def __init__(self, spark: SparkSession, bootstrap: str,
+    def __init__(self, spark: SparkSession, bootstrap: Brokers,
                  slots_per_core: int = SLOTS_PER_CORE) -> None:
         self._spark = spark
         self._bootstrap = bootstrap

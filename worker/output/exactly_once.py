@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
+from common.kafka_clients import Brokers, settings_of
 from worker.client import CoordinatorClient, CoordinatorError
 from worker.output.transactions import CheckpointRecord, fence, read_log, transactional_id
 
@@ -37,12 +38,12 @@ class ExactlyOnce:
     """Where a worker's transactions go: the broker, the output topic, the checkpoint
     log, and the job's name in transactional ids."""
 
-    bootstrap: str
+    bootstrap: Brokers  # the brokers' address, or every client setting
     output_topic: str
     log_topic: str
 
     @staticmethod
-    def for_output(bootstrap: str, output_topic: str, log_topic: str | None = None
+    def for_output(bootstrap: Brokers, output_topic: str, log_topic: str | None = None
                    ) -> ExactlyOnce:
         """The default log is named for the output topic: one log per output."""
         return ExactlyOnce(bootstrap, output_topic,
@@ -57,7 +58,7 @@ class ExactlyOnce:
 def ensure_log_topic(eo: ExactlyOnce, timeout_s: float = 30.0) -> None:
     """Create the checkpoint log (one partition, compacted) unless it exists; refuse one
     with more partitions (a reader after a fence reads one partition to its end)."""
-    admin = AdminClient({"bootstrap.servers": eo.bootstrap})
+    admin = AdminClient(settings_of(eo.bootstrap).client())
     topics = admin.list_topics(timeout=timeout_s).topics
     found = topics.get(eo.log_topic)
     if found is None or found.error is not None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 import logging
 
+from common.kafka_clients import Brokers, settings_of
+
 log = logging.getLogger("coxswain.worker")
 
 
@@ -19,26 +21,27 @@ class OutputTopicMissing(ValueError):
     """The broker answered and has no such topic."""
 
 
-def check_output_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> None:
+def check_output_topic(bootstrap: Brokers, topic: str, timeout_s: float = 15.0) -> None:
     """Raise :class:`OutputTopicMissing`, naming the closest topics the broker has, when
     ``topic`` is not there. A broker that does not answer in ``timeout_s`` is logged and
     let be (it may come up later; the batch's write then fails or waits as before)."""
     from confluent_kafka import KafkaException  # noqa: PLC0415 (the worker extra)
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    kafka = settings_of(bootstrap)
+    admin = AdminClient(kafka.client({"log_level": 2}))
     try:
         topics = set(admin.list_topics(timeout=timeout_s).topics)
     except KafkaException as e:
         log.warning("the output topic %s was not checked: the broker at %s did not answer "
-                    "(%s)", topic, bootstrap, e)
+                    "(%s)", topic, kafka.bootstrap, e)
         return
     if topic in topics:
         return
     close = difflib.get_close_matches(topic, sorted(topics), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "."
     raise OutputTopicMissing(
-        f"the output topic {topic!r} does not exist on the Kafka broker at {bootstrap}"
+        f"the output topic {topic!r} does not exist on the Kafka broker at {kafka.bootstrap}"
         f"{hint} Create it first (the worker does not create topics), e.g. with the "
         "AdminClient or kafka-topics.sh --create")
 

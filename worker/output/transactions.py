@@ -20,6 +20,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from common.kafka_clients import Brokers, settings_of
+
 log = logging.getLogger("coxswain.worker")
 
 #: the checkpoint log has one partition: a reader after a fence reads it to the end once
@@ -63,21 +65,21 @@ def _fenced(e: KafkaException) -> bool:
 class TransactionalOutput:
     """Batches' output and checkpoint records in one transaction each."""
 
-    def __init__(self, bootstrap: str, transactional_id: str, output_topic: str,
+    def __init__(self, bootstrap: Brokers, transactional_id: str, output_topic: str,
                  log_topic: str, *, timeout_s: float = 30.0,
                  config: dict[str, Any] | None = None) -> None:
         self.transactional_id = transactional_id
         self._output = output_topic
         self._log = log_topic
         self._timeout_s = timeout_s
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+        self._producer = Producer(settings_of(bootstrap).client({
+            "transactional.id": transactional_id,
             # a batch's output is written in one go: queue it whole rather than block
             "queue.buffering.max.messages": 1_000_000, "linger.ms": 5,
             # a key's partition as Spark's Kafka sink (Java's) picks it: the output is
             # partitioned alike with and without --exactly-once
             "partitioner": "murmur2_random",
-            **(config or {})})
+            **(config or {})}))
         self._started = False
         self._dead: str | None = None  # why, once fenced: every later call fails so
 
@@ -186,17 +188,17 @@ class TransactionalOutput:
             self._producer.flush(0)
 
 
-def fence(bootstrap: str, ids: Iterable[str], timeout_s: float = 30.0) -> None:
+def fence(bootstrap: Brokers, ids: Iterable[str], timeout_s: float = 30.0) -> None:
     """End every producer holding one of ``ids``: its open transaction aborted, each of
     its later writes and commits refused. Idempotent."""
     for tid in ids:
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+        producer = Producer(settings_of(bootstrap).client({"transactional.id": tid}))
         producer.init_transactions(timeout_s)
         producer.flush(0)
         log.info("fenced transactional id %s", tid)
 
 
-def read_log(bootstrap: str, log_topic: str, ids: set[str], from_offset: int = 0,
+def read_log(bootstrap: Brokers, log_topic: str, ids: set[str], from_offset: int = 0,
              timeout_s: float = 30.0) -> list[CheckpointRecord]:
     """The committed records of ``ids`` in the checkpoint log from ``from_offset``, in
     order, read up to the log's end as it is now. Call after :func:`fence`: then no
@@ -204,11 +206,11 @@ def read_log(bootstrap: str, log_topic: str, ids: set[str], from_offset: int = 0
     return list(_records(bootstrap, log_topic, ids, from_offset, timeout_s))
 
 
-def _records(bootstrap: str, log_topic: str, ids: set[str], from_offset: int,
+def _records(bootstrap: Brokers, log_topic: str, ids: set[str], from_offset: int,
              timeout_s: float) -> Iterator[CheckpointRecord]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "coxswain-log-reader",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": False})
+    consumer = Consumer(settings_of(bootstrap).client({
+        "group.id": "coxswain-log-reader", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "enable.partition.eof": False}))
     try:
         tp = TopicPartition(log_topic, LOG_PARTITION)
         low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.kafka_clients import KafkaClientSettings, plain
 from common.tls import ClientTls
 from worker.cuts import CutPlan
 from worker.output.exactly_once import ExactlyOnce
@@ -77,6 +78,14 @@ class WorkerConfig:
     # the app's source files as its tracebacks' frames end (``query_failures.app_file``):
     # a failure through them is the app's, and ends the worker
     app_files: tuple[str, ...] = ()
+    # every Kafka client's settings beyond the brokers (``--kafka-config``,
+    # ``--kafka-option``: security.protocol, SASL, TLS); None: ``kafka_bootstrap`` alone
+    kafka_client: KafkaClientSettings | None = None
+
+    @property
+    def kafka(self) -> KafkaClientSettings:
+        """What every Kafka client of the worker is made with."""
+        return self.kafka_client or plain(self.kafka_bootstrap)
 
 
 @dataclass(frozen=True)

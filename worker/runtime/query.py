@@ -139,7 +139,7 @@ class SourceQuery:
                     .option("plan", str(self._plan_path))
                     .option("maxRecordsPerShard", str(c.max_offsets_per_trigger or 10_000))
                     .load())
-        df: DataFrame = kafka_stream(self._spark, self._plan_path, c.kafka_bootstrap,
+        df: DataFrame = kafka_stream(self._spark, self._plan_path, c.kafka,
                                      c.max_offsets_per_trigger)
         return df
 

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from common.kafka_clients import Brokers, settings_of
 from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
 from worker.python_workers import settle
@@ -29,19 +30,20 @@ log = logging.getLogger("coxswain.worker")
 OUTPUT_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
 
 
-def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: str) -> ProcessBatch:
+def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: Brokers
+             ) -> ProcessBatch:
     """``process_batch`` running ``fn`` for each virtual task of each batch, in parallel
     across tasks and with each task's rows in offset order (SEP-32: parallelism beyond
     partitions, order within a key). Rows ``fn`` returns (columns ``key``, ``value``: bytes
     or str) go to ``output_topic``."""
+    sink = settings_of(kafka_bootstrap).spark_options()  # (checked here, at start)
 
     def process_batch(df: DataFrame, ctx: BatchContext) -> None:
         result = run_tasks(df, fn, ctx)
         if ctx.collect is not None:  # exactly-once: written with the batch's commit
             ctx.collect(result.toArrow())
         elif output_topic:
-            (result.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
-             .option("topic", output_topic).save())
+            result.write.format("kafka").options(**sink).option("topic", output_topic).save()
         else:
             result.count()  # run it
 

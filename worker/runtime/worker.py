@@ -71,7 +71,7 @@ class Worker:
             if is_local_master(config.spark_master):
                 self._states = TaskStates(config.state)
             else:
-                self._placement = Placement(spark, config.kafka_bootstrap)
+                self._placement = Placement(spark, config.kafka)
                 self._states = ExecutorStates(config.state, spark,
                                               config.executor_state_dir,
                                               pinning=self._placement)
@@ -93,7 +93,7 @@ class Worker:
             batch_size.start(config.target_batch_s or batch_size.default_target_s(config.api),
                              config.max_offsets_per_trigger),
             self._query.batch_offsets, self._query.limit, self._signals,
-            (lambda planned: read_ranges(spark, config.kafka_bootstrap, reader_group,
+            (lambda planned: read_ranges(spark, config.kafka, reader_group,
                                          planned))
             # (pinned tasks read their own ranges: no batch read planned for them)
             if config.kafka_reader == "jvm" and self._placement is None else None,

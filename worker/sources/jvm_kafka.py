@@ -23,6 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
+from common.kafka_clients import Brokers, settings_of
 from worker.plan import sql_string
 from worker.sources.source_plan import split_key
 
@@ -58,7 +59,7 @@ def connector_options(ranges: Planned
             "kafka.isolation.level": "read_committed"}
 
 
-def read_ranges(spark: SparkSession, bootstrap: str, group_id: str,
+def read_ranges(spark: SparkSession, bootstrap: Brokers, group_id: str,
                 ranges: Planned) -> DataFrame:
     """The records of ``ranges`` with the Python source's columns (``gen``: the range's
     source generation), one Spark partition per Kafka partition, in offset order.
@@ -67,8 +68,9 @@ def read_ranges(spark: SparkSession, bootstrap: str, group_id: str,
     and partition, so every batch reuses the last one's (Spark names each batch query's
     group anew otherwise). No group is joined and nothing is committed: the consumers
     are assigned their partitions, and Coxswain's checkpoints say where tasks start."""
-    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("kafka.group.id", group_id))
+    reader = spark.read.format("kafka").option("kafka.group.id", group_id)
+    for key, value in settings_of(bootstrap).spark_options().items():
+        reader = reader.option(key, value)
     for key, value in connector_options(ranges).items():
         reader = reader.option(key, value)
     gens = "CASE " + " ".join(

@@ -31,6 +31,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from common.kafka_clients import Brokers, KafkaClientSettings, plain, settings_of
 from worker.python_workers import settle
 from worker.sources.kafka_consumers import ConsumerPool, pool
 from worker.sources.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
@@ -109,7 +110,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self._options = dict(options)
         self._plan_path = Path(options["plan"])
-        self._bootstrap = options["bootstrap"]
+        given = options.get("kafka")
+        self._kafka = (KafkaClientSettings.from_json(given) if given
+                       else plain(options["bootstrap"]))
         raw = options.get("maxOffsetsPerTrigger") or ""
         self._limit = int(raw) if raw else None
         self._readers = max(1, int(options.get("readers") or 1))
@@ -170,8 +173,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         )
 
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self._bootstrap,
-                                       "log_level": 3})
+            self._admin = AdminClient(self._kafka.client({"log_level": 3}))
         spec = (OffsetSpec.latest() if which == "latest"  # type: ignore[no-untyped-call]
                 else OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         wanted = {TopicPartition(*split_key(k)): spec for k in keys}
@@ -188,13 +190,13 @@ class KafkaStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaRead)
         for r in partition.ranges:
-            yield from read_range(self._bootstrap, r)
+            yield from read_range(self._kafka, r)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # Coxswain's checkpoints say where tasks start; nothing to keep here
 
 
-def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = None
+def read_range(brokers: Brokers, r: KafkaRange, consumers: ConsumerPool | None = None
                ) -> Generator[Any, None, None]:
     """The records of ``r`` as Arrow record batches (in the executor's Python worker),
     read with a consumer of the process's pool (``worker.sources.kafka_consumers``)."""
@@ -202,6 +204,7 @@ def read_range(bootstrap: str, r: KafkaRange, consumers: ConsumerPool | None = N
     from confluent_kafka import TopicPartition  # noqa: PLC0415
 
     settle()
+    bootstrap = settings_of(brokers)
     consumers = consumers or pool()
     consumer = consumers.take(bootstrap, r.topic, r.partition, r.start)
     # where the consumer is: past every record it handed out, even beyond ``r.end``
@@ -267,7 +270,8 @@ def _batch(pa: Any, r: KafkaRange, keys: list[bytes | None], values: list[bytes 
 
 class KafkaDataSource(DataSource):
     """``spark.readStream.format("coxswain-kafka")`` with options ``plan`` (the path of
-    the worker's ``worker.sources.source_plan``), ``bootstrap`` and ``maxOffsetsPerTrigger``
+    the worker's ``worker.sources.source_plan``), ``bootstrap`` or ``kafka`` (every client
+    setting, :meth:`KafkaClientSettings.to_json`) and ``maxOffsetsPerTrigger``
     (records per trigger over all partitions; default: no limit)."""
 
     @classmethod
@@ -281,13 +285,13 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(self.options)
 
 
-def kafka_stream(spark: Any, plan: Path, bootstrap: str,
+def kafka_stream(spark: Any, plan: Path, bootstrap: Brokers,
                  max_offsets_per_trigger: int | None = None) -> Any:
     """The streaming DataFrame of the partitions ``plan`` names (read by at most as many
     Spark tasks per batch as the application has cores)."""
     spark.dataSource.register(KafkaDataSource)
     return (spark.readStream.format(NAME).option("plan", str(plan))
-            .option("bootstrap", bootstrap)
+            .option("kafka", settings_of(bootstrap).to_json())
             .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or ""))
             .option("readers", str(max(1, spark.sparkContext.defaultParallelism)))
             .load())

@@ -22,6 +22,8 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
+from common.kafka_clients import KafkaClientSettings
+
 #: consumers one Python worker keeps (the least recently used beyond is closed)
 POOL_SIZE = 32
 #: the longest a fetch waits at the broker for records, and a full queue before it is
@@ -30,16 +32,17 @@ FETCH_WAIT_MS = 20
 
 
 class ConsumerPool:
-    """Consumers by (bootstrap, topic, partition), each positioned where its last read
+    """Consumers by (client settings, topic, partition), each positioned where its last read
     ended. One per Python worker process (:func:`pool`)."""
 
     def __init__(self, size: int = POOL_SIZE) -> None:
         self._size = size
         self._lock = threading.Lock()  # Spark runs one task per worker process; cheap
-        self._free: OrderedDict[tuple[str, str, int], tuple[Any, int]] = OrderedDict()
+        self._free: OrderedDict[tuple[KafkaClientSettings, str, int], tuple[Any, int]] = \
+            OrderedDict()
         self.created = 0  # consumers made so far (a test reads it)
 
-    def take(self, bootstrap: str, topic: str, partition: int, start: int) -> Any:
+    def take(self, bootstrap: KafkaClientSettings, topic: str, partition: int, start: int) -> Any:
         """A consumer of the partition assigned from ``start``: a kept one when there
         is (seeking only if its position is elsewhere), else a new one."""
         key = (bootstrap, topic, partition)
@@ -54,7 +57,7 @@ class ConsumerPool:
             return consumer
         return self._new(bootstrap, topic, partition, start)
 
-    def give_back(self, bootstrap: str, topic: str, partition: int, consumer: Any,
+    def give_back(self, bootstrap: KafkaClientSettings, topic: str, partition: int, consumer: Any,
                   position: int) -> None:
         """Keep ``consumer`` (read up to ``position``) for the partition's next batch."""
         with self._lock:
@@ -78,11 +81,11 @@ class ConsumerPool:
         for c in consumers:
             c.close()
 
-    def _new(self, bootstrap: str, topic: str, partition: int, start: int) -> Any:
+    def _new(self, bootstrap: KafkaClientSettings, topic: str, partition: int, start: int) -> Any:
         from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415 (executor)
 
-        consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"coxswain-{uuid.uuid4()}",
+        consumer = Consumer(bootstrap.client({
+            "group.id": f"coxswain-{uuid.uuid4()}",
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
             # prefetch a batch's worth, not librdkafka's default of 64 MB per partition
@@ -96,7 +99,7 @@ class ConsumerPool:
             # ms and 1 s per such read, most of a batch's fixed cost. At 20 ms both: a
             # seek's read takes 10-50 ms, and an idle consumer asks 50 times a second
             "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.queue.backoff.ms": FETCH_WAIT_MS,
-            "log_level": 3})
+            "log_level": 3}))
         consumer.assign([TopicPartition(topic, partition, start)])
         self.created += 1
         return consumer

@@ -1,0 +1,1 @@
+"""The ``coxswain`` subcommands with more to them than a few lines."""
