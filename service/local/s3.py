@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,6 +22,11 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "coxswain-test", "AWS_SECRET_ACCESS_KEY": "c
                "AWS_REGION": "us-east-1"}
 
 
+#: requests moto serves before it enforces authentication (``enforce_auth``): the IAM
+#: user, its access key and its policy (its readiness is then probed without a request)
+_SETUP_REQUESTS = 3
+
+
 @dataclass
 class LocalS3:
     """One moto server."""
@@ -26,6 +34,8 @@ class LocalS3:
     port: int
     proc: subprocess.Popen[bytes]
     log: Path
+    # with ``enforce_auth``: the only access key it accepts (id, secret)
+    access_key: tuple[str, str] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -33,8 +43,10 @@ class LocalS3:
         return f"http://127.0.0.1:{self.port}"
 
     @staticmethod
-    def start(timeout_s: float = 30.0) -> LocalS3:
-        """Start a server and wait until it answers."""
+    def start(timeout_s: float = 30.0, enforce_auth: bool = False) -> LocalS3:
+        """Start a server and wait until it answers. ``enforce_auth``: every request
+        must be signed with :attr:`access_key` (an IAM user moto checks, allowed s3:*),
+        as a real S3 wants; otherwise moto accepts any credentials."""
         binary = Path(sys.executable).with_name("moto_server")
         if not binary.exists():
             found = shutil.which("moto_server")
@@ -47,12 +59,21 @@ class LocalS3:
         root.mkdir(parents=True, exist_ok=True)
         log = root / f"moto-{port}.log"
         with log.open("wb") as out:
+            env = dict(os.environ)
+            if enforce_auth:
+                env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_REQUESTS)
             proc = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(port)],
                                     stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, env=env)
         server = LocalS3(port, proc, log)
 
         def answering() -> bool:
+            if enforce_auth:  # a request would count against the unauthenticated ones
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    return True
+                except OSError:
+                    return False
             try:
                 httpx.get(server.endpoint, timeout=0.5)
                 return True
@@ -60,7 +81,27 @@ class LocalS3:
                 return False
 
         wait_started(proc, answering, "moto_server", log, timeout_s, server.stop)
+        if enforce_auth:
+            try:
+                server.access_key = server._iam_user()
+            except BaseException:
+                server.stop()
+                raise
         return server
+
+    def _iam_user(self) -> tuple[str, str]:
+        """An IAM user allowed s3:* and its access key, made in the requests moto
+        serves unauthenticated (boto3, a dev dependency)."""
+        import boto3  # noqa: PLC0415
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name="us-east-1",
+                           aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam.create_user(UserName="coxswain")
+        key = iam.create_access_key(UserName="coxswain")["AccessKey"]
+        iam.put_user_policy(UserName="coxswain", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        return key["AccessKeyId"], key["SecretAccessKey"]
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (path-style, unsigned requests are fine for moto)."""

@@ -3,8 +3,12 @@ host, or a shared volume) and ``s3://bucket/prefix`` for any S3-compatible servi
 
 Both through obstore (Rust's ``object_store``, as used by Delta and Iceberg clients):
 one client for both backends, multipart uploads of large files, no botocore in the
-worker's hot path. Credentials for S3 come from the usual AWS variables
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``/``AWS_DEFAULT_REGION``).
+worker's hot path. Credentials for S3 come from the standard AWS chain
+(:func:`s3_credentials`): the variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), else boto3's own chain (a profile of
+the shared files, web identity on Kubernetes, SSO, the container's or instance's
+metadata), asked only when credentials expire. The region: ``AWS_REGION`` /
+``AWS_DEFAULT_REGION``, else the profile's.
 Each request is retried by obstore (exponential backoff on 5xx, connection errors and
 timeouts) within :class:`BlobStoreOptions`; the worker retries what still fails.
 """
@@ -17,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import obstore
@@ -151,7 +155,11 @@ def open_blob_store(url: str, endpoint: str | None = None,
             raise ValueError(f"an s3 blob store URL names a bucket: s3://BUCKET[/PREFIX], "
                              f"got {url!r}")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        extra: dict[str, str | bool] = {}
+        extra: dict[str, Any] = {}
+        provider, profile_region = s3_credentials()
+        if provider is not None:
+            extra["credential_provider"] = provider
+            region = region or profile_region
         if endpoint:
             extra["endpoint"] = endpoint
         store = S3Store(
@@ -161,6 +169,22 @@ def open_blob_store(url: str, endpoint: str | None = None,
                             "connect_timeout": timedelta(seconds=options.connect_timeout_s)},
             retry_config={"max_retries": options.retries,
                           "retry_timeout": timedelta(seconds=options.retry_timeout_s)},
-            virtual_hosted_style_request=False, **extra)  # type: ignore[arg-type]
+            virtual_hosted_style_request=False, **extra)
         return ObjectBlobStore(store, parsed.path)
     raise ValueError(f"blob store URL must be file:///DIR or s3://BUCKET[/PREFIX], got {url!r}")
+
+
+def s3_credentials() -> tuple[Any, str | None]:
+    """(None, None) when the environment holds the keys (object_store reads them, and
+    web identity and instance metadata, itself); else boto3's credential chain, which
+    also reads the shared files' profiles (``AWS_PROFILE``), SSO and the rest, as the
+    AWS CLI does, and the profile's region."""
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        return None, None
+    try:
+        import boto3  # noqa: PLC0415 (the worker extra has it)
+        from obstore.auth.boto3 import Boto3CredentialProvider  # noqa: PLC0415
+    except ImportError:  # no boto3: object_store's own chain
+        return None, None
+    session = boto3.Session()
+    return Boto3CredentialProvider(session), session.region_name
