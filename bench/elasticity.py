@@ -137,7 +137,7 @@ def rate_and_violations(out: list[tuple[int, dict[str, Any]]]) -> tuple[float, i
 
 
 def topics(kafka: LocalKafka, *specs: tuple[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    admin = AdminClient(kafka.client_settings().client({"log_level": 2}))
     for f in admin.create_topics([NewTopic(t, n, 1) for t, n in specs]).values():
         f.result(60)
 

@@ -4,7 +4,8 @@ httpx costs about a millisecond of CPU per request; 1000 simulated processors he
 every 2 s, long-polling and acking every version saturated the simulating process, whose
 heartbeats then came late enough to lose leases: the bench measured itself. This client
 sends a request on one persistent connection and reads a Content-Length response (what the
-coordinator sends), nothing else: no redirects, no chunked bodies, no TLS.
+coordinator sends), nothing else: no redirects, no chunked bodies; TLS when given an
+SSL context (the connection's handshake once, then requests on it).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ class MiniConnection:
     """One keep-alive connection; requests on it run one at a time (a lock), and a
     connection the server closed is opened again for the next request."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, ssl: Any = None) -> None:
         self._host, self._port = host, port
+        self._ssl = ssl
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -49,7 +51,8 @@ class MiniConnection:
     async def _exchange(self, method: str, path: str, body: Any,
                         headers: dict[str, str] | None) -> tuple[int, bytes]:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
+            self._reader, self._writer = await asyncio.open_connection(
+                self._host, self._port, ssl=self._ssl)
         reader, writer = self._reader, self._writer
         assert reader is not None
         payload = b"" if body is None else json.dumps(body).encode()

@@ -142,7 +142,7 @@ def _keyed(i: int, keys: int) -> bytes:
 
 def produce_warm(kafka: LocalKafka, topic: str, per_key: dict[bytes, int]) -> None:
     """The warm-up records (keys of their own, counted in ``per_key``)."""
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "log_level": 2})
+    p = Producer(kafka.client_settings().client({"acks": "all", "log_level": 2}))
     for i in range(WARM_RECORDS):
         key = f"warm-{i % 20}".encode()
         p.produce(topic, key=key, value=f"{per_key[key]} {time.time():.6f}".encode())
@@ -154,9 +154,9 @@ def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int,
                     per_key: dict[bytes, int]) -> float:
     """``n`` records over ``keys`` keys (the default partitioner) in one transaction;
     counted in ``per_key``. Returns the commit's time (time.time())."""
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 20,
-                  "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
-                  "transaction.timeout.ms": 600_000, "log_level": 2})
+    p = Producer(kafka.client_settings().client({
+        "acks": "all", "linger.ms": 20, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "transaction.timeout.ms": 600_000, "log_level": 2}))
     p.init_transactions(60)
     p.begin_transaction()
     for i in range(n):
@@ -179,8 +179,8 @@ def produce_backlog(kafka: LocalKafka, topic: str, n: int, keys: int,
 def produce_at(kafka: LocalKafka, topic: str, rate: float, seconds: float,
                stop: threading.Event) -> int:
     """Records at ``rate``/s for ``seconds``, each stamped as it is produced."""
-    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 0,
-                  "log_level": 2})
+    p = Producer(kafka.client_settings().client({"acks": "all", "linger.ms": 0,
+                                                 "log_level": 2}))
     started = time.monotonic()
     sent = 0
     while not stop.is_set():
@@ -201,8 +201,8 @@ class Output:
     """The output topic's records as they come: (append time in s, key, value)."""
 
     def __init__(self, kafka: LocalKafka, topic: str) -> None:
-        self._consumer = Consumer({"bootstrap.servers": kafka.bootstrap,
-                                   "group.id": uuid.uuid4().hex, "log_level": 2})
+        self._consumer = Consumer(kafka.client_settings().client(
+            {"group.id": uuid.uuid4().hex, "log_level": 2}))
         self._consumer.assign([TopicPartition(topic, 0, 0)])
         self.records: list[tuple[float, bytes, bytes]] = []
 
@@ -293,7 +293,14 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
     data = tmp / f"coxswain-{uuid.uuid4().hex[:6]}"
     data.mkdir()
     stateful = ["--stateful"] if job == "count" else []
+    secured: list[str] = []
+    if kafka.sasl_ssl is not None:  # the password in a file of mode 600
+        props = data / "client.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in kafka.client_settings().options))
+        props.chmod(0o600)
+        secured = ["--kafka-config", str(props)]
     server = Server(data, ["--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{source}",
+                           *secured,
                            "--elasticity-factor", str(factor), "--debounce-ms", "100",
                            "--log-level", "WARNING", *stateful]).start()
     state = ["--state-dir", str(data / "state"), "--blob-store",
@@ -303,7 +310,7 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
          "--api", "task", "--app", f"bench.peer:{job}_task", "--output-topic", out_topic,
          "--kafka-bootstrap", kafka.bootstrap, "--spark-master", master,
-         "--processor-id", "w0", *stateful, *state, *worker_args],
+         "--processor-id", "w0", *stateful, *state, *secured, *worker_args],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         return produce(out_topic, source), log

@@ -9,9 +9,9 @@ coordinator never blocks its own restart.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
+
+from common.file_lock import FileLock, FileLocked
 
 
 class StoreLocked(Exception):
@@ -23,32 +23,22 @@ class StoreLock:
 
     def __init__(self, database: Path) -> None:
         self.path = database.with_name(database.name + ".lock")
-        self._fd: int | None = None
+        self._lock = FileLock(self.path)
 
     def acquire(self) -> StoreLock:
         """Take the lock without waiting; raise ``StoreLocked`` naming the holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            self._lock.acquire()
+        except FileLocked as e:
             raise StoreLocked(
-                f"another coordinator (pid {holder}) serves the store {self.path.parent}: "
+                f"another coordinator (pid {e.holder}) serves the store {self.path.parent}: "
                 "one embedded coordinator per data dir (stop it, use another --data-dir, or "
                 "run replicas with --zk for high availability)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
         return self
 
     def release(self) -> None:
         """Give the lock up (also done by the kernel when the process exits)."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
 
 
 def sqlite_database(url: str) -> Path | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.file_lock import FileLock, FileLocked
 from common.kafka_clients import KafkaSettingsError
 from service.commands.options import (
     add_client_tls_options,
@@ -60,6 +61,20 @@ class Terminations:
         self.on_first = action
         if self.requested.is_set():
             action()
+
+
+def hold_state_dir(state_dir: Path) -> FileLock:
+    """This worker's state dir, locked for its life: two workers of one host sharing one
+    (the default ``./coxswain-state`` of both) would restore, compose and delete each
+    other's task folders. The second is refused at start, naming the first."""
+    lock = FileLock(state_dir / ".worker.lock")
+    try:
+        return lock.acquire()  # kept open until the process exits (the kernel frees it)
+    except FileLocked as e:
+        raise SystemExit(
+            f"coxswain: another worker (pid {e.holder}) uses the state dir {state_dir}: "
+            "give each worker on a host its own --state-dir (e.g. --state-dir "
+            "./coxswain-state-2)") from None
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -133,6 +148,8 @@ def run_worker(args: argparse.Namespace) -> None:
             raise SystemExit("coxswain: --blob-gc-grace-s must be positive: blobs of a "
                              "backup still uploading are kept for that long")
         state_dir = Path(args.state_dir).resolve()
+        if is_local_master(args.spark_master):
+            hold_state_dir(state_dir)
         try:
             blob_options = BlobStoreOptions(
                 args.blob_store_timeout_ms / 1000, args.blob_store_connect_timeout_ms / 1000,

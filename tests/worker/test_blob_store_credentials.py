@@ -78,5 +78,5 @@ def test_environment_keys_sign_and_a_wrong_secret_is_refused(
     assert store.get("a") == b"1"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     wrong = open_blob_store(f"s3://{bucket}/job", checked_s3.endpoint)
-    with pytest.raises(Exception, match="403|SignatureDoesNotMatch"):
+    with pytest.raises(Exception, match=r"403|SignatureDoesNotMatch"):
         wrong.put("b", b"2")
