@@ -32,6 +32,7 @@ from typing import Any, TextIO
 import httpx
 from confluent_kafka import Consumer, TopicPartition
 
+from common.kafka_clients import plain
 from service.local.kafka import LocalKafka
 from service.local.orders import amount_cents, create_topics, produce_orders
 from service.local.ports import free_port, stop_process_group, wait_until_answering
@@ -399,8 +400,8 @@ class Demo:
             self.produced += 1
 
     def _consume(self, bootstrap: str) -> None:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "coxswain-demo",
-                             "enable.auto.commit": False, "log_level": 2})
+        consumer = Consumer(plain(bootstrap).client(
+            {"group.id": "coxswain-demo", "enable.auto.commit": False, "log_level": 2}))
         consumer.assign([TopicPartition(OUTPUT_TOPIC, 0, 0)])
         try:
             while not self._stop.is_set():
