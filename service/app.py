@@ -189,7 +189,7 @@ async def metadata_backend(
         return
     assert settings.zk is not None
     session = ZkSession(settings.zk, settings.zk_session_timeout_ms / 1000,
-                        digest=settings.zk_digest())
+                        identity=settings.zk_identity())
     await asyncio.to_thread(session.start)
     root = f"/coxswain/{settings.job}"
     try:

@@ -118,6 +118,10 @@ SERVE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
                                 "authenticates to ZooKeeper with digest auth and creates "
                                 "its znodes readable and writable by that identity only "
                                 "(or $COXSWAIN_ZK_AUTH)"}),
+    ("--zk-auth-scheme", {"choices": ["digest", "sasl"],
+                          "help": "how --zk-auth-file's identity authenticates: digest "
+                                  "(default), or sasl (DIGEST-MD5; the ensemble needs a "
+                                  "SASL authentication provider)"}),
     ("--zk-session-timeout-ms", {"type": int, "help": "ZooKeeper session timeout (6000)"}),
     ("--leader-lease-ms", {"type": int, "help": "leadership lease on a shared SQL store "
                                                 "without --zk: one coordinator leads it (10000)"}),

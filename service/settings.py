@@ -28,6 +28,7 @@ from checkpoint.model import ResetPolicy
 from common.kafka_clients import KafkaClientSettings, load
 from common.secrets import read_secret
 from common.tls import ServerTls
+from coordinator.store.zk_acl import ZkIdentity
 from grouping.groupers import GROUPERS
 from grouping.key_bucket import is_power_of_two
 from grouping.key_hash import KeyHash
@@ -153,6 +154,10 @@ class Settings(BaseSettings):
         None, description="USER:PASSWORD for ZooKeeper digest auth (the environment or a "
                           "config file; on the command line: zk_auth_file)")
     zk_auth_file: Path | None = Field(None, description="a file holding zk_auth")
+    zk_auth_scheme: Literal["digest", "sasl"] = Field(
+        "digest", description="how zk_auth authenticates: ZooKeeper's digest scheme, or "
+                              "SASL DIGEST-MD5 (the server configured with a SASL "
+                              "authentication provider)")
     zk_session_timeout_ms: int = Field(6_000, ge=400)
     leader_lease_ms: int = Field(
         10_000, ge=500, description="leadership lease of a coordinator on a shared SQL store "
@@ -249,12 +254,12 @@ class Settings(BaseSettings):
                 raise ValueError("ZooKeeper auth (zk_auth) is for --zk")
         return self
 
-    def zk_digest(self) -> tuple[str, str] | None:
-        """(user, password) of ZooKeeper digest auth, if given."""
+    def zk_identity(self) -> ZkIdentity | None:
+        """Who the coordinator is to ZooKeeper (None: anonymous)."""
         if self.zk_auth is None:
             return None
         user, _, password = self.zk_auth.get_secret_value().partition(":")
-        return user, password
+        return ZkIdentity(self.zk_auth_scheme, user, password)
 
     def kafka_client(self) -> KafkaClientSettings | None:
         """Every Kafka client's settings (None: no Kafka brokers given)."""

@@ -81,10 +81,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     return server.create_database()
 
 
+ZK_SASL_USER, ZK_SASL_PASSWORD = "coxswain-sasl", "zk-sasl-pw-8c2e0d"
+
+
 @pytest.fixture(scope="session")
 def zookeeper() -> Iterator[ZooKeeperEnsemble]:
     """One real single-server ZooKeeper for the whole run, stopped at the end."""
-    ensemble = ZooKeeperEnsemble.start(1)
+    # also a SASL user (DIGEST-MD5): ZooKeeper auth is tested with both schemes
+    ensemble = ZooKeeperEnsemble.start(1, sasl_users={ZK_SASL_USER: ZK_SASL_PASSWORD})
     yield ensemble
     ensemble.stop()
 

@@ -61,7 +61,9 @@ def test_the_coordinator_settings_validate(monkeypatch: pytest.MonkeyPatch,
     settings = Settings()
     assert settings.zk and settings.store and settings.stateful
     assert settings.input == ["kafka.orders"] and settings.replica_id == "replica-0"
-    assert settings.zk_digest() == ("coxswain-orders", "CHANGE-ME")
+    identity = settings.zk_identity()
+    assert identity is not None and (identity.user, identity.password) == (
+        "coxswain-orders", "CHANGE-ME")
     kafka = settings.kafka_client()
     assert kafka is not None and dict(kafka.options)["security.protocol"] == "SASL_SSL"
     tls = settings.server_tls()

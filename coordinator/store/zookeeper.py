@@ -48,7 +48,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from coordinator.errors import StoreUnavailable
 from coordinator.store.metadata import Fence, Versioned
-from coordinator.store.zk_acl import auth_data, owner_acl, protect
+from coordinator.store.zk_acl import ZkIdentity, protect
 
 log = logging.getLogger("coxswain.zookeeper")
 
@@ -426,15 +426,14 @@ class ZkSession:
 
     def __init__(self, hosts: str, session_timeout_s: float = 6.0,
                  connect_timeout_s: float = 15.0,
-                 digest: tuple[str, str] | None = None) -> None:
-        # with a digest identity, every znode this client creates is that identity's
-        # alone (``coordinator.store.zk_acl``)
-        self.digest = digest
+                 identity: ZkIdentity | None = None) -> None:
+        # with an identity, every znode this client creates is that identity's alone
+        # (``coordinator.store.zk_acl``)
+        self.identity = identity
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
                                   connection_retry={"max_tries": -1, "max_delay": 1.0},
                                   command_retry={"max_tries": 2, "max_delay": 0.5},
-                                  auth_data=None if digest is None else auth_data(*digest),
-                                  default_acl=None if digest is None else owner_acl(*digest))
+                                  **({} if identity is None else identity.client_options()))
         self._connect_timeout_s = connect_timeout_s
         self._lock = threading.Lock()
 
@@ -448,11 +447,11 @@ class ZkSession:
             raise StoreUnavailable(f"cannot reach ZooKeeper at {self.client.hosts}: {e}") from e
 
     def protect(self, root: str) -> int:
-        """With a digest identity: ``root`` and everything under it that identity's
-        alone (znodes made before auth was on included); how many ACLs were set."""
-        if self.digest is None:
+        """With an identity: ``root`` and everything under it that identity's alone
+        (znodes made before auth was on included); how many ACLs were set."""
+        if self.identity is None:
             return 0
-        return protect(self.client, root, *self.digest)
+        return protect(self.client, root, self.identity)
 
     @property
     def connected(self) -> bool:

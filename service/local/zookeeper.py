@@ -82,6 +82,9 @@ class ZooKeeperEnsemble:
 
     root: Path
     members: list[Member] = field(default_factory=list)
+    # SASL DIGEST-MD5 users (name -> password) the servers accept besides anonymous and
+    # digest clients (a SASL authentication provider and a JAAS Server section)
+    sasl_users: dict[str, str] = field(default_factory=dict)
 
     @property
     def connect_string(self) -> str:
@@ -89,11 +92,13 @@ class ZooKeeperEnsemble:
 
     @staticmethod
     def start(size: int = 1, timeout_s: float = 60.0,
-              client_port: int | None = None) -> ZooKeeperEnsemble:
+              client_port: int | None = None,
+              sasl_users: dict[str, str] | None = None) -> ZooKeeperEnsemble:
         """Start ``size`` members and wait until they serve (a quorum, for an ensemble);
-        ``client_port`` fixes the first member's port."""
+        ``client_port`` fixes the first member's port; ``sasl_users``: SASL DIGEST-MD5
+        users the servers also accept."""
         root = cache_dir() / "zookeeper" / f"zk-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        ensemble = ZooKeeperEnsemble(root)
+        ensemble = ZooKeeperEnsemble(root, sasl_users=dict(sasl_users or {}))
         # every member's ports at once: distinct across the ensemble, the caller's aside
         ports = iter(p for p in free_ports(3 * size + 1) if p != client_port)
         for sid in range(1, size + 1):
@@ -127,6 +132,14 @@ class ZooKeeperEnsemble:
         if len(self.members) > 1:
             lines += [f"server.{o.sid}=127.0.0.1:{o.peer_port}:{o.election_port}"
                       for o in self.members]
+        if self.sasl_users:
+            lines.append("authProvider.1=org.apache.zookeeper.server.auth."
+                         "SASLAuthenticationProvider")
+            users = "".join(f'    user_{name}="{password}"\n'
+                            for name, password in sorted(self.sasl_users.items()))
+            (m.data_dir / "jaas.conf").write_text(
+                "Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                f"{users};\n}};\n")
         (m.data_dir / "zoo.cfg").write_text("\n".join(lines) + "\n")
 
     def member(self, sid: int) -> Member:
@@ -140,6 +153,8 @@ class ZooKeeperEnsemble:
         log = (m.data_dir / "server.log").open("ab")
         m.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true",
+             *([f"-Djava.security.auth.login.config={m.data_dir / 'jaas.conf'}"]
+               if self.sasl_users else []),
              "-cp", _classpath(), MAIN, str(m.data_dir / "zoo.cfg")],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()

@@ -15,18 +15,20 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from coordinator.store.zk_acl import ZkAclError
+from coordinator.store.zk_acl import ZkAclError, ZkIdentity
 from coordinator.store.zookeeper import ZkSession
 from service.local.zookeeper import ZooKeeperEnsemble
+from tests.conftest import ZK_SASL_PASSWORD, ZK_SASL_USER
 from tests.service.conftest import StartServer
 from tests.service.ha import index_of, replicas, wait_leader
 
 USER, PASSWORD = "coxswain-job", "zk-digest-pw-2b7e9f4a"
 
 
-def _client(zk: str, auth: tuple[str, str] | None = None) -> KazooClient:
-    client = KazooClient(hosts=zk, auth_data=None if auth is None
-                         else [("digest", f"{auth[0]}:{auth[1]}")])
+def _client(zk: str, identity: ZkIdentity | None = None) -> KazooClient:
+    options = {} if identity is None else identity.client_options()
+    options.pop("default_acl", None)
+    client = KazooClient(hosts=zk, **options)
     client.start(timeout=15)
     return client
 
@@ -48,15 +50,20 @@ def _tree(client: KazooClient, root: str) -> list[str]:
     return out
 
 
-def test_a_coordinator_with_digest_auth_keeps_its_job_private(
+@pytest.mark.parametrize("scheme", ["digest", "sasl"])
+def test_a_coordinator_with_zookeeper_auth_keeps_its_job_private(
     start_server: StartServer, zookeeper: ZooKeeperEnsemble, anonymous: KazooClient,
-    tmp_path: Path,
+    tmp_path: Path, scheme: str,
 ) -> None:
+    """(``sasl``: DIGEST-MD5 through pure-sasl, a user of the server's JAAS section.)"""
     job = f"acl-{uuid.uuid4().hex[:8]}"
+    me = (ZkIdentity("digest", USER, PASSWORD) if scheme == "digest"
+          else ZkIdentity("sasl", ZK_SASL_USER, ZK_SASL_PASSWORD))
     auth = tmp_path / "zk.auth"
-    auth.write_text(f"{USER}:{PASSWORD}\n")
+    auth.write_text(f"{me.user}:{me.password}\n")
     server = start_server("--zk", zookeeper.connect_string, "--job", job,
-                          "--zk-auth-file", str(auth), "--input", "kafka.orders:4")
+                          "--zk-auth-file", str(auth), "--zk-auth-scheme", scheme,
+                          "--input", "kafka.orders:4")
     with server.client() as c:
         r = c.post("/processors", json={"processorId": "w1", "locationId": "h1"})
         assert r.status_code in (200, 201), r.text
@@ -66,24 +73,29 @@ def test_a_coordinator_with_digest_auth_keeps_its_job_private(
             time.sleep(0.2)
     root = f"/coxswain/{job}"
     assert job in anonymous.get_children("/coxswain")  # the shared parent lists jobs
-    for who in (anonymous, _client(zookeeper.connect_string, ("intruder", "guess"))):
+    intruders = [anonymous, _client(zookeeper.connect_string,
+                                    ZkIdentity("digest", "intruder", "guess"))]
+    if scheme == "sasl":  # the same name and password under the other scheme: not it
+        intruders.append(_client(zookeeper.connect_string,
+                                 ZkIdentity("digest", me.user, me.password)))
+    for who in intruders:
         with pytest.raises(NoAuthError):
             who.get_children(root)
         with pytest.raises(NoAuthError):
             who.set(root, b"overwritten")
         with pytest.raises(NoAuthError):
             who.delete(root, recursive=True)
-    owner = _client(zookeeper.connect_string, (USER, PASSWORD))
+    owner = _client(zookeeper.connect_string, me)
     try:
         nodes = _tree(owner, root)
         assert len(nodes) > 5  # models, leases, the election, barriers
         for path in nodes:  # every znode the coordinator made is its identity's alone
             acls, _ = owner.get_acls(path)
-            assert [(a.id.scheme, a.perms) for a in acls] == [("digest", 31)], path
+            assert [(a.id.scheme, a.perms) for a in acls] == [(scheme, 31)], path
     finally:
         owner.stop()
         owner.close()
-    assert PASSWORD not in server.log()
+    assert me.password not in server.log()
 
 
 def test_a_tree_made_before_auth_is_protected_and_another_s_is_refused(
@@ -91,7 +103,7 @@ def test_a_tree_made_before_auth_is_protected_and_another_s_is_refused(
 ) -> None:
     root = f"/coxswain/acl-old-{uuid.uuid4().hex[:8]}"
     anonymous.create(f"{root}/jobModels/1", b"{}", makepath=True)  # world-open, as before
-    session = ZkSession(zookeeper.connect_string, digest=(USER, PASSWORD))
+    session = ZkSession(zookeeper.connect_string, identity=ZkIdentity("digest", USER, PASSWORD))
     session.start()
     try:
         assert session.protect(root) == 3  # the root, jobModels, 1
@@ -101,7 +113,8 @@ def test_a_tree_made_before_auth_is_protected_and_another_s_is_refused(
         assert session.client.get(f"{root}/jobModels/1")[0] == b"{}"
     finally:
         session.stop()
-    other = ZkSession(zookeeper.connect_string, digest=("someone-else", "pw"))
+    other = ZkSession(zookeeper.connect_string,
+                      identity=ZkIdentity("digest", "someone-else", "pw"))
     other.start()
     try:
         with pytest.raises(ZkAclError, match="belongs to another identity"):
