@@ -3,8 +3,10 @@
 The fast tests run first (``tests/conftest.py``), in one process that leaves much of the
 machine idle: on 2 cores they use about a third of it, mostly waiting on services. Work that
 needs no fixture and runs only processes of its own (the container images' build, a
-``coxswain demo`` run) is started then, one job after another in one thread, and the test
-that checks it waits for its result instead of running it. A module declares such work in
+``coxswain demo`` run) is started then, one job after another in one thread per lane
+(work that mostly waits, such as a scenario of timed outages, runs in a lane of its own
+beside the CPU-bound builds), and the test that checks it waits for its result instead
+of running it. A module declares such work in
 ``BACKGROUND_JOBS``; a run starts only the jobs of modules it is to run (after -m/-k
 selection), and stops a job still running when it ends, whatever happened: its process
 group gets SIGTERM, then SIGKILL after a grace, and the job's cleanup runs.
@@ -115,6 +117,8 @@ class Job:
     discard: Callable[[bool], None] = _nothing_to_discard
     #: the names of its module's tests that check it (none: every test of the module)
     checked_by: tuple[str, ...] = ()
+    #: jobs of one lane run one after another; lanes side by side
+    lane: str = "build"
 
     def wanted_by(self, item: pytest.Item) -> bool:
         name = getattr(item, "originalname", item.name)
@@ -129,18 +133,22 @@ class _Outcome:
 
 
 class Background:
-    """Jobs run one after another in one thread, from ``start()``."""
+    """Jobs run one after another in one thread per lane, from ``start()``."""
 
     def __init__(self, jobs: list[Job]) -> None:
         self.jobs = {job.name: job for job in jobs}
         self._outcomes = {job.name: _Outcome() for job in jobs}
-        self._runner = Runner()
-        self._thread = threading.Thread(target=self._run_all, name="background-jobs",
-                                        daemon=True)
+        lanes = sorted({job.lane for job in jobs})
+        self._runners = {lane: Runner() for lane in lanes}
+        self._threads = [threading.Thread(
+            target=self._run_all, args=([j for j in jobs if j.lane == lane],
+                                        self._runners[lane]),
+            name=f"background-{lane}", daemon=True) for lane in lanes]
         self._closed = False
 
     def start(self) -> Background:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def has(self, name: str) -> bool:
@@ -157,25 +165,27 @@ class Background:
 
     def wait(self) -> None:
         """Until every job is done (or stopped)."""
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
     def close(self) -> None:
         """Stop what still runs and discard what every job made. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        stopped = self._runner.stop()
-        self._thread.join(GRACE_S)
+        stopped = any([runner.stop() for runner in self._runners.values()])
+        for thread in self._threads:
+            thread.join(GRACE_S)
         for name, job in self.jobs.items():
             outcome = self._outcomes[name]
             interrupted = not outcome.done.is_set() or outcome.error is not None
             job.discard(interrupted or stopped)
 
-    def _run_all(self) -> None:
-        for name, job in self.jobs.items():
-            outcome = self._outcomes[name]
+    def _run_all(self, jobs: list[Job], runner: Runner) -> None:
+        for job in jobs:
+            outcome = self._outcomes[job.name]
             try:
-                outcome.value = job.work(self._runner)
+                outcome.value = job.work(runner)
             except BaseException as e:  # handed to the test that waits, in the main thread
                 outcome.error = e
             finally:

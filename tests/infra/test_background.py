@@ -26,6 +26,24 @@ def test_jobs_run_one_after_another_and_give_their_results() -> None:
         background.close()
 
 
+def test_jobs_of_two_lanes_run_side_by_side_and_one_lane_in_order() -> None:
+    def sleep(name: str, lane: str) -> Job:
+        def work(runner: Runner) -> float:
+            runner.run(["sleep", "1"], timeout_s=30)
+            return time.monotonic()
+        return Job(name, work, lane=lane)
+
+    started = time.monotonic()
+    background = Background([sleep("a1", "a"), sleep("a2", "a"), sleep("b1", "b")]).start()
+    try:
+        a1, a2, b1 = (background.result(n) - started for n in ("a1", "a2", "b1"))
+        assert a1 < a2 and a2 >= 2.0  # one lane: one after another
+        assert b1 < 1.9  # the other lane beside it
+        background.wait()
+    finally:
+        background.close()
+
+
 def test_a_stop_takes_the_jobs_process_group_along_and_discards_what_it_made() -> None:
     discarded: list[bool] = []
     child_pid: list[int] = []

@@ -2,10 +2,19 @@
 test cuts; moto keeps its data) for 20 s and then for 120 s under a running stateful
 job, two workers with one standby each. Processing goes on within the commit delay,
 then waits; commits fail, are tried again and resume within seconds of the store's
-return; no worker exits; nothing is lost and every count is its key's records so far."""
+return; no worker exits; nothing is lost and every count is its key's records so far.
+
+Most of its three minutes are the outages' waiting: the run starts it beside the fast
+tests, in a background lane of its own (``tests/infra/background.py``), as a pytest run
+of this test alone with its own Kafka and S3 servers; the test in the run checks that
+run's outcome and output. Run alone (``pytest`` on this file), it runs that way at once.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +25,7 @@ import pytest
 
 from service.local.kafka import LocalKafka
 from service.local.s3 import LocalS3
+from tests.infra import background
 from tests.infra.relay import Relay
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
@@ -49,9 +59,36 @@ def alive(workers: dict[str, Any], tmp: Path) -> None:
         assert w.poll() is None, (tmp / f"{name}.log").read_text()[-4000:]
 
 
+#: set in the pytest run the background job starts: there the scenario itself runs
+IN_SCENARIO = "COXSWAIN_TEST_OUTAGE_SCENARIO"
+SCENARIO = "test_blob_store_outages_of_20_and_120_seconds_cost_no_worker_and_no_record"
+
+
+def run_scenario(runner: background.Runner) -> subprocess.CompletedProcess[str]:
+    return runner.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+         f"{__file__}::{SCENARIO}"], timeout_s=900,
+        env={**os.environ, IN_SCENARIO: "1"}, cwd=Path(__file__).resolve().parents[2])
+
+
+OUTAGES = background.Job("blob-store outages", run_scenario, checked_by=(SCENARIO,),
+                         lane="waits")
+BACKGROUND_JOBS = [] if os.environ.get(IN_SCENARIO) else [OUTAGES]
+
+
 def test_blob_store_outages_of_20_and_120_seconds_cost_no_worker_and_no_record(
-    start_server: StartServer, kafka: LocalKafka, s3_server: LocalS3, tmp_path: Path,
+    request: pytest.FixtureRequest, tmp_path: Path,
 ) -> None:
+    if not os.environ.get(IN_SCENARIO):
+        run: subprocess.CompletedProcess[str] = background.result(request.config, OUTAGES)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-6000:]
+        assert "1 passed" in out and "commits resumed" in out, out[-3000:]
+        print(next(line for line in out.splitlines() if "commits resumed" in line))
+        return
+    start_server: StartServer = request.getfixturevalue("start_server")
+    kafka: LocalKafka = request.getfixturevalue("kafka")
+    s3_server: LocalS3 = request.getfixturevalue("s3_server")
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(400)
