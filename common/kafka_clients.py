@@ -286,6 +286,17 @@ def probe(settings: KafkaClientSettings, timeout_s: float = 20.0) -> str | None:
     return reason
 
 
+def verify(settings: KafkaClientSettings) -> str | None:
+    """Secured settings checked before anything starts: :func:`check`, then
+    :func:`probe` (raises :class:`KafkaSettingsError` on a wrong name or refused
+    credentials; returns why the brokers did not answer, if they did not). Settings of
+    the brokers' address alone are not checked: nothing in them can be wrong early."""
+    if not settings.secured:
+        return None
+    check(settings)
+    return probe(settings)
+
+
 def _scrub(text: str, settings: KafkaClientSettings) -> str:
     for key, value in settings.options:
         if _secret(key) and value:

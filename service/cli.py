@@ -220,14 +220,13 @@ def _check_kafka(settings: Settings) -> None:
     """Secured Kafka settings checked before serving: a misspelled name or credentials
     the brokers refuse end the start with the reason (brokers that do not answer yet
     are only warned about: the partition monitor retries)."""
-    from common.kafka_clients import KafkaSettingsError, check, probe
+    from common.kafka_clients import KafkaSettingsError, verify
 
     kafka = settings.kafka_client()
-    if kafka is None or not kafka.secured:
+    if kafka is None:
         return
     try:
-        check(kafka)
-        unanswered = probe(kafka)
+        unanswered = verify(kafka)
     except KafkaSettingsError as e:
         raise SystemExit(f"coxswain: {e}") from None
     if unanswered is not None:

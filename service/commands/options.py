@@ -94,12 +94,11 @@ def resolve_token(args: argparse.Namespace) -> None:
         args.token = os.environ.get(env) or None
 
 
-def add_kafka_options(p: argparse.ArgumentParser, bootstrap_default: bool = True) -> None:
+def add_kafka_options(p: argparse.ArgumentParser) -> None:
     """``--kafka-bootstrap``, ``--kafka-config`` and ``--kafka-option``."""
-    otherwise = f", else {DEFAULT_BOOTSTRAP}" if bootstrap_default else ""
     p.add_argument("--kafka-bootstrap",
                    help="Kafka bootstrap servers (default: bootstrap.servers of "
-                        f"--kafka-config{otherwise})")
+                        f"--kafka-config, else {DEFAULT_BOOTSTRAP})")
     p.add_argument("--kafka-config", action="append", default=[], metavar="FILE",
                    help="a properties file of Kafka client settings with librdkafka's "
                         "names (security.protocol, sasl.mechanism, sasl.username, "
@@ -110,16 +109,10 @@ def add_kafka_options(p: argparse.ArgumentParser, bootstrap_default: bool = True
                         "secret as ${env:NAME} or ${file:PATH}, never literally")
 
 
-def kafka_settings(args: argparse.Namespace, bootstrap_default: bool = True
-                   ) -> KafkaClientSettings:
+def kafka_settings(args: argparse.Namespace) -> KafkaClientSettings:
     """Every Kafka client's settings from the command's options, checked with librdkafka
     (an unknown or misspelled name is told now, not at the first batch)."""
-    from common.kafka_clients import (  # noqa: PLC0415
-        KafkaSettingsError,
-        check,
-        load,
-        probe,
-    )
+    from common.kafka_clients import KafkaSettingsError, load, verify  # noqa: PLC0415
 
     files = list(args.kafka_config)
     given = os.environ.get("COXSWAIN_KAFKA_CONFIG", "").strip()
@@ -127,13 +120,11 @@ def kafka_settings(args: argparse.Namespace, bootstrap_default: bool = True
         files = json.loads(given) if given.startswith("[") else [given]
     try:
         settings = load(args.kafka_bootstrap, files, args.kafka_option, warn=warn,
-                        default_bootstrap=DEFAULT_BOOTSTRAP if bootstrap_default else None)
-        if settings.secured:
-            check(settings)
-            unanswered = probe(settings)  # refused credentials: told now, not retried
-            if unanswered is not None:
-                warn(f"the Kafka brokers at {settings.bootstrap} did not answer "
-                     f"({unanswered}); going on, they may come up later")
+                        default_bootstrap=DEFAULT_BOOTSTRAP)
+        unanswered = verify(settings)  # refused credentials: told now, not retried
+        if unanswered is not None:
+            warn(f"the Kafka brokers at {settings.bootstrap} did not answer "
+                 f"({unanswered}); going on, they may come up later")
     except KafkaSettingsError as e:
         raise SystemExit(f"coxswain: {e}") from None
     return settings
