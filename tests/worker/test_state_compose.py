@@ -13,7 +13,6 @@ import pytest
 
 from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
-from worker.state.keys import split
 from worker.state.snapshot import snapshot_dir, task_dir
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, TaskStates
@@ -43,7 +42,7 @@ def run_batch(states: TaskStates, task: str, checkpoint_id: str, keys: list[byte
 
 def counts(states: TaskStates, task: str) -> dict[bytes | None, int]:
     with TaskStore(task_dir(states.state_dir, task) / "live") as store:
-        return {split(k)[0]: int(v[1:]) for k, v in store.entries()}
+        return {store.split_key(k)[0]: int(v[1:]) for k, v in store.entries()}
 
 
 def source(held: dict[str, Any], factor: int, buckets: list[int], nulls: bool,

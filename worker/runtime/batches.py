@@ -496,7 +496,8 @@ class BatchRunner:
                 self._pid(), plan.version, batch_id, self._spark, tasks,
                 str(states.state_dir) if states and remote is None else None,
                 checkpoint_id, placed, cut, executor_state,
-                output.append if self.transactions is not None else None, task_rows))
+                output.append if self.transactions is not None else None, task_rows,
+                plan.key_hash))
         finally:
             if cut is not None:
                 beside = self._uncut(batch_id)

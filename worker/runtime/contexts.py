@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.kafka_clients import KafkaClientSettings, plain
 from common.tls import ClientTls
+from grouping.key_hash import KeyHash
 from worker.cuts import CutPlan
 from worker.output.exactly_once import ExactlyOnce
 from worker.state.executor import ExecutorStatePlan
@@ -114,6 +115,8 @@ class BatchContext:
     # a pyspark Accumulator the Spark tasks add their rows per task name to
     # (``worker.runtime.bucket_counts.TaskRows``: the key-bucket counts), or None
     task_rows: Any = None
+    # the job's key hash: a task's new state store is ordered by it (None: the default)
+    key_hash: KeyHash | None = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from common.kafka_clients import Brokers, settings_of
+from grouping.key_hash import KeyHash
 from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
 from worker.python_workers import settle
@@ -63,7 +64,7 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
     placed = df if ctx.tasks_placed else place_tasks(df, ctx)
     return placed.mapInPandas(
         _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id,
-                          ctx.cut, ctx.executor_state, ctx.task_rows),
+                          ctx.cut, ctx.executor_state, ctx.task_rows, ctx.key_hash),
         OUTPUT_SCHEMA)
 
 
@@ -112,6 +113,7 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                       cut: CutPlan | None = None,
                       executor_state: ExecutorStatePlan | None = None,
                       rows_counted: Any = None,
+                      key_hash: KeyHash | None = None,
                       ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         settle()
@@ -129,7 +131,7 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
             rows_counted.add({name: len(these) for name, these in tasks})
         if cut is not None:
             yield from _pieces(fn, processor_id, version, state_dir, checkpoint_id, cut,
-                               tasks, executor_state)
+                               tasks, executor_state, key_hash)
             return
         for name, task_rows in tasks:
             def call(store: Callable[[], TaskStore], name: str = name,
@@ -137,7 +139,7 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
                 return fn(TaskContext(processor_id, version, name, store),
                           these.reset_index(drop=True))
 
-            with _state(name, state_dir, checkpoint_id, executor_state) as store:
+            with _state(name, state_dir, checkpoint_id, executor_state, key_hash) as store:
                 out = call(store)
             if out is not None and len(out):
                 yield _encoded(out)
@@ -148,7 +150,8 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
 def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | None,
             checkpoint_id: str | None, cut: CutPlan,
             tasks: list[tuple[str, pd.DataFrame]],
-            executor_state: ExecutorStatePlan | None = None) -> Iterator[pd.DataFrame]:
+            executor_state: ExecutorStatePlan | None = None,
+            key_hash: KeyHash | None = None) -> Iterator[pd.DataFrame]:
     """Each task's rows a piece at a time, until the batch is cut (``worker.cuts``): the
     task in work stops before its next piece, the tasks after it do not start, and each
     reports the first offset it left. One piece always runs, so a batch cut as it
@@ -160,7 +163,7 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
         if stopped:
             cut.report(name, _first_offsets(task_rows))
             continue
-        with _state(name, state_dir, checkpoint_id, executor_state) as store:
+        with _state(name, state_dir, checkpoint_id, executor_state, key_hash) as store:
             ctx = TaskContext(processor_id, version, name, store)
             for start, end in piece_bounds(len(task_rows), cut.pieces):
                 if worked and cut.is_cut():
@@ -174,13 +177,13 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
 
 
 def _state(task: str, state_dir: str | None, checkpoint_id: str | None,
-           executor_state: ExecutorStatePlan | None
+           executor_state: ExecutorStatePlan | None, key_hash: KeyHash | None
            ) -> contextlib.AbstractContextManager[Callable[[], TaskStore]]:
     """``task``'s state for a batch: kept by this executor (a cluster master), or on the
     driver's disk, which ``local[N]`` executors share."""
     if executor_state is not None:
-        return executor_task_state(executor_state, task)
-    return task_state(state_dir, task, checkpoint_id)
+        return executor_task_state(executor_state, task, key_hash=key_hash)
+    return task_state(state_dir, task, checkpoint_id, key_hash)
 
 
 def _first_offsets(rows: pd.DataFrame) -> dict[tuple[str, int], int]:

@@ -112,6 +112,17 @@ class Uploader:
         """``index`` is its task's latest committed snapshot (acknowledged or restored)."""
         self._reusable[index.task_name] = frozenset(blob_key(f) for f in index.files.values())
 
+    def inherits(self, task_name: str, sources: Sequence[SnapshotIndex]) -> None:
+        """``task_name`` was composed from ``sources`` (a split's parent, a merge's
+        children: the indexes its ``stateSources`` name) and has committed nothing of its
+        own: its first upload may reuse their blobs. Safe against the collector: a
+        source is the *last* checkpoint of a task of an older job model, which commits no
+        more (fenced), and every task's last checkpoint is retained, older models'
+        included. A split child's snapshot shares its parent's files (hard links cut by
+        range deletions), so its first backup sends only what the cut wrote."""
+        self._reusable[task_name] = frozenset(
+            blob_key(f) for index in sources for f in index.files.values())
+
     def upload(self, task_name: str, checkpoint_id: str, folder: Path, digests: Digests,
                input_offsets: Sequence[Mapping[str, Any]] = ()) -> UploadResult:
         """Upload what the task's committed index lacks of ``folder``'s files, then the

@@ -3,29 +3,36 @@ Kinesis child shard, by the hash-key range of the child): what a split child or 
 task starts from (``checkpoint.state_sources`` says which).
 
 Each source snapshot is made present locally (``restore_snapshot``: local files first,
-then downloads), copied aside (hard links), opened, and every entry whose record key
-falls in the source's buckets is written into the new store; null-key entries only from
-the source flagged for them. The sources' key sets are disjoint by construction, so the
-order of writes does not matter. The caller snapshots the result under a new checkpoint
-id, and the task's first commit uploads that snapshot: from then on it depends on no
-other task's blobs.
+then downloads). The first source whose store is bucket-ordered by the job's key hash
+(``worker.state.keys``) becomes the new store itself: hard-linked (RocksDB's files are
+immutable) and cut to the task's key ranges by range deletions, so a split costs the same
+at 10 MB or 10 GB. Every other source is copied aside, opened, and its entries in the
+task's key buckets are written into the new store: for a bucket-ordered source only its
+kept ranges are read; a legacy store (written before the layout) is read whole and its
+entries are rewritten in the bucket-ordered layout, which converts it once. Null-key
+entries come only from the source flagged for them. A Kinesis child shard's hash-key
+range is not a key range of the layout: that filter reads the kept entries (a reshard
+stays linear in the state it keeps). The sources' key sets are disjoint by construction,
+so the order of writes does not matter. The caller snapshots the result under a new
+checkpoint id, and the task's first commit uploads that snapshot: from then on it
+depends on no other task's blobs.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grouping.key_bucket import key_bucket
-from grouping.key_hash import key_hash_of
-from grouping.shards import MAX_HASH_KEY, hash_key
-from worker.state.backup import state_marker
+from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash, key_hash_of
+from grouping.shards import hash_key
+from worker.state.backup import SnapshotIndex, state_marker
 from worker.state.blobs import BlobStore
-from worker.state.keys import split
+from worker.state.keys import BucketLayout, KeyRange, complement, kept_ranges
 from worker.state.restore import restore_snapshot
 from worker.state.snapshot import Digests, clone, task_dir
 from worker.state.store import TaskStore
@@ -42,6 +49,9 @@ class Composed:
     downloaded_files: int
     downloaded_bytes: int
     seconds: float
+    cut: str | None = None  # the source linked and cut by ranges (no entry copied)
+    # the sources' snapshot indexes (their blobs are the composed task's to reuse)
+    indexes: tuple[SnapshotIndex, ...] = ()
 
 
 def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
@@ -49,24 +59,39 @@ def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
     return len(sources) == 1 and sources[0].get("taskName") == task
 
 
-def _filter(source: Mapping[str, Any]) -> Callable[[bytes | None], bool]:
-    """Whether a record key's entries belong to this task, by one ``stateSources`` entry:
-    its bucket under the source's factor is listed (null keys: when ``nullKeys``) and,
-    for a parent shard's snapshot, its Kinesis hash key is in the child's range."""
-    factor = int(source["elasticityFactor"])
-    key_hash = key_hash_of(source)  # the job's: absent from a coordinator before it, crc32
-    buckets = frozenset(int(b) for b in source["keyBuckets"])
-    null_keys = bool(source.get("nullKeys"))
-    within = source.get("hashKeyRange")
-    low, high = (int(within[0]), int(within[1])) if within else (0, MAX_HASH_KEY)
+@dataclass(frozen=True, slots=True)
+class _Keep:
+    """What a task keeps of one ``stateSources`` entry: its key buckets under the
+    source's factor (null keys: when ``nullKeys``) and, for a parent shard's snapshot,
+    the record keys whose Kinesis hash key is in the child's range."""
 
-    def keep(key: bytes | None) -> bool:
+    factor: int
+    buckets: frozenset[int]
+    null_keys: bool
+    hash_keys: tuple[int, int] | None
+
+    @staticmethod
+    def of(source: Mapping[str, Any]) -> _Keep:
+        within = source.get("hashKeyRange")
+        return _Keep(int(source["elasticityFactor"]),
+                     frozenset(int(b) for b in source["keyBuckets"]),
+                     bool(source.get("nullKeys")),
+                     (int(within[0]), int(within[1])) if within else None)
+
+    def ranges(self) -> list[KeyRange]:
+        """The bucket-ordered key ranges kept."""
+        return kept_ranges(self.buckets, self.factor, self.null_keys)
+
+    def in_hash_range(self, key: bytes | None) -> bool:
+        if self.hash_keys is None or key is None:
+            return True
+        return self.hash_keys[0] <= hash_key(key) <= self.hash_keys[1]
+
+    def keeps(self, key: bytes | None, key_hash: KeyHash) -> bool:
         if key is None:
-            return null_keys
-        return key_bucket(key, 0, factor, key_hash) in buckets and (
-            within is None or low <= hash_key(key) <= high)
-
-    return keep
+            return self.null_keys
+        return key_bucket(key, 0, self.factor, key_hash) in self.buckets and \
+            self.in_hash_range(key)
 
 
 def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
@@ -76,32 +101,88 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
     started = time.perf_counter()
     shutil.rmtree(into, ignore_errors=True)
     files = size = written = 0
-    target = TaskStore(into)
+    key_hash = key_hash_of(sources[0]) if sources else DEFAULT_KEY_HASH  # the job's
+    restored: list[tuple[int, Path, _Keep]] = []
+    indexes: list[SnapshotIndex] = []
+    for i, source in enumerate(sources):
+        marker = state_marker(source)
+        if marker is None:
+            continue
+        # a merge's sources were split from one parent: their shared files come once
+        done = restore_snapshot(state_dir, marker, blobs, digests,
+                                neighbours=[x.task_name for x in indexes])
+        files += done.downloaded_files
+        size += done.downloaded_bytes
+        restored.append((i, done.folder, _Keep.of(source)))
+        indexes.append(done.index)
+    target, cut = _cut_base(restored, into, key_hash)
     try:
-        for i, source in enumerate(sources):
-            marker = state_marker(source)
-            if marker is None:
+        for i, folder, keep in restored:
+            if i == cut:
                 continue
-            restored = restore_snapshot(state_dir, marker, blobs, digests)
-            files += restored.downloaded_files
-            size += restored.downloaded_bytes
-            keep = _filter(source)
             aside = task_dir(state_dir, task) / f"compose-{i}"
-            clone(restored.folder, aside)
+            clone(folder, aside)
             try:
                 with TaskStore(aside) as store:
-                    pending: list[tuple[bytes, bytes]] = []
-                    for stored, raw in store.entries():
-                        if keep(split(stored)[0]):
-                            pending.append((stored, raw))
-                        if len(pending) >= BATCH:
-                            written += target.ingest(pending)
-                            pending = []
-                    written += target.ingest(pending)
+                    written += _copy(store, target, keep, key_hash)
             finally:
                 shutil.rmtree(aside, ignore_errors=True)
         target.commit()
     finally:
         target.close()
     return Composed(tuple(str(s.get("taskName")) for s in sources), written, files, size,
-                    time.perf_counter() - started)
+                    time.perf_counter() - started,
+                    None if cut is None else str(sources[cut].get("taskName")),
+                    tuple(indexes))
+
+
+def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash: KeyHash
+              ) -> tuple[TaskStore, int | None]:
+    """The new store: the first bucket-ordered source (by the job's hash) hard-linked at
+    ``into`` and cut to its kept ranges (and its index), else an empty one."""
+    wanted = BucketLayout(key_hash)
+    for i, folder, keep in restored:
+        clone(folder, into)
+        store = TaskStore(into)
+        if store.layout == wanted:
+            store.delete_ranges(complement(keep.ranges()))
+            if keep.hash_keys is not None:
+                _drop_outside_hash_range(store, keep)
+            return store, i
+        store.close()  # legacy (or another hash): rewritten entry by entry, like the rest
+        shutil.rmtree(into)
+    return TaskStore(into, key_hash), None
+
+
+def _drop_outside_hash_range(store: TaskStore, keep: _Keep) -> None:
+    """A Kinesis child's filter: its parent's entries whose hash key the child's range
+    leaves out (read entry by entry: MD5 ranges are not the layout's)."""
+    for r in keep.ranges():
+        doomed: list[bytes] = []
+        for stored, _ in store.entries(r):
+            if not keep.in_hash_range(store.split_key(stored)[0]):
+                doomed.append(stored)
+            if len(doomed) >= BATCH:
+                store.remove(doomed)
+                doomed = []
+        store.remove(doomed)
+
+
+def _copy(source: TaskStore, target: TaskStore, keep: _Keep, key_hash: KeyHash) -> int:
+    """Write ``source``'s kept entries into ``target``; how many. A bucket-ordered source
+    by the same hash is read only in its kept ranges and copied as stored; any other is
+    read whole, and its entries re-keyed in ``target``'s layout."""
+    same = source.layout == target.layout
+    found = (e for r in keep.ranges() for e in source.entries(r)) if same \
+        else source.entries()
+    written = 0
+    pending: list[tuple[bytes, bytes]] = []
+    for stored, raw in found:
+        key, name = source.split_key(stored)
+        if not (keep.in_hash_range(key) if same else keep.keeps(key, key_hash)):
+            continue
+        pending.append((stored if same else target.layout.entry_key(key, name), raw))
+        if len(pending) >= BATCH:
+            written += target.ingest(pending)
+            pending = []
+    return written + target.ingest(pending)

@@ -47,7 +47,8 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from worker.state.backup import SnapshotIndex, Uploader
+from grouping.key_hash import KeyHash
+from worker.state.backup import SnapshotIndex, Uploader, state_marker
 from worker.state.blobs import BlobStore, BlobStoreOptions, open_blob_store
 from worker.state.compose import compose
 from worker.state.restore import open_live, restore_snapshot
@@ -237,7 +238,8 @@ def bring_to_base(state_dir: Path, task: str, base: TaskBase, blobs: BlobStore,
 
 @contextlib.contextmanager
 def executor_task_state(plan: ExecutorStatePlan, task: str,
-                        caches: _ProcessCaches | None = None
+                        caches: _ProcessCaches | None = None,
+                        key_hash: KeyHash | None = None
                         ) -> Iterator[Callable[[], TaskStore]]:
     """``task``'s state for one batch's calls of ``process_task`` on this executor: on
     first use its live store is brought to the batch's base; if it was used, the
@@ -256,7 +258,7 @@ def executor_task_state(plan: ExecutorStatePlan, task: str,
             if not opened:
                 restored.append(bring_to_base(state_dir, task, base, caches.blobs(plan),
                                               caches.digests))
-                opened.append(TaskStore(task_dir(state_dir, task) / "live"))
+                opened.append(TaskStore(task_dir(state_dir, task) / "live", key_hash))
             return opened[0]
 
         try:
@@ -286,6 +288,10 @@ def _snapshot_and_upload(plan: ExecutorStatePlan, state_dir: Path, task: str,
     uploader = Uploader(blobs)
     if base.committed_marker is not None:
         uploader.committed(_index(state_dir, task, base.committed_marker, blobs))
+    elif base.sources:  # a composed task's first upload: its sources' blobs are reused
+        uploader.inherits(task, [
+            _index(state_dir, str(s.get("taskName")), marker, blobs)
+            for s in base.sources if (marker := state_marker(s)) is not None])
     result = uploader.upload(task, plan.checkpoint_id, folder, caches.digests)
     index_path(folder).write_bytes(result.index.to_bytes())
     _set_base(state_dir, task, plan.checkpoint_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +58,10 @@ class RestoreResult:
 
 
 def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Digests,
-                     parallelism: int = 8) -> RestoreResult:
-    """Make the snapshot ``marker`` names present under ``state_dir``."""
+                     parallelism: int = 8, neighbours: Sequence[str] = ()) -> RestoreResult:
+    """Make the snapshot ``marker`` names present under ``state_dir``; files of the
+    task's other local snapshots, or of ``neighbours``' (tasks whose snapshots may share
+    files with it: a merge's other sources), are linked rather than downloaded."""
     started = time.perf_counter()
     index = SnapshotIndex.from_bytes(blobs.get(marker))
     target = snapshot_dir(state_dir, index.task_name, index.checkpoint_id)
@@ -67,7 +70,10 @@ def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Di
         return RestoreResult(target, index, 0, 0, len(index.files),
                              time.perf_counter() - started)
     claim_task_dir(state_dir, index.task_name)
-    local = _local_files(state_dir, index.task_name, digests)
+    local: dict[str, Path] = {}
+    for task in (index.task_name, *neighbours):
+        for digest, path in _local_files(state_dir, task, digests).items():
+            local.setdefault(digest, path)
     staging = target.with_name(target.name + ".partial")
     resumed = _resume_staging(staging, index, digests)
     fetch: dict[str, FileInfo] = {}

@@ -5,6 +5,10 @@ Writes of a batch are kept aside and reach RocksDB in one atomic write batch at
 :meth:`TaskStore.commit` (reads see them before that): a batch that fails leaves the store
 as it was after the previous batch. Values are JSON by default; ``set_bytes`` stores raw
 bytes. Each stored value carries a one-byte tag of its kind, so reads need no schema.
+
+Entry keys follow the store's layout (``worker.state.keys``): a new store is
+bucket-ordered under the job's key hash, which its first commit records; a store written
+before that layout (entries, no layout entry) keeps the legacy one.
 """
 
 from __future__ import annotations
@@ -16,7 +20,18 @@ from typing import Any
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
-from worker.state.keys import as_bytes, entry_key, prefix, split
+from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash
+from worker.state.keys import (
+    ENTRIES_BEGIN,
+    ENTRIES_END,
+    LEGACY,
+    META_KEY,
+    BucketLayout,
+    KeyRange,
+    Layout,
+    as_bytes,
+    layout_of_meta,
+)
 
 _JSON, _BYTES = b"J", b"B"
 RecordKey = bytes | str | None
@@ -28,27 +43,59 @@ def _options() -> Options:
     return options
 
 
-class TaskStore:
-    """The state of one task on this processor (one RocksDB instance under ``path``)."""
+class StateLayoutMismatch(ValueError):
+    """A store's recorded key hash is not the job's: its buckets' ranges would be wrong."""
 
-    def __init__(self, path: Path) -> None:
+
+class TaskStore:
+    """The state of one task on this processor (one RocksDB instance under ``path``).
+
+    ``key_hash``: the job's (a new store is laid out by it; an existing bucket-ordered
+    store must have been made with it). None: whatever the store records, and the
+    default hash for a new one (tests, tools)."""
+
+    def __init__(self, path: Path, key_hash: KeyHash | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = Rdict(str(path), _options())
         self._pending: dict[bytes, bytes | None] = {}
+        try:
+            self.layout, self._recorded = self._open_layout(key_hash)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open_layout(self, key_hash: KeyHash | None) -> tuple[Layout, bool]:
+        """(the layout, whether the store records it)."""
+        raw = self._db.get(META_KEY)
+        if raw is not None:
+            layout = layout_of_meta(bytes(raw))
+            if key_hash is not None and layout.key_hash != key_hash:
+                raise StateLayoutMismatch(
+                    f"the state at {self.path} is ordered by key hash "
+                    f"{layout.key_hash.value}, the job's is {key_hash.value}")
+            return layout, True
+        if any(True for _ in self._range(b"", None)):
+            return LEGACY, True  # entries written before layouts were recorded
+        return BucketLayout(key_hash or DEFAULT_KEY_HASH), False
+
+    @property
+    def bucket_ordered(self) -> bool:
+        """Whether a key bucket is one key range here (the layout a split can cut)."""
+        return isinstance(self.layout, BucketLayout)
 
     # -- the per-key API
 
     def get(self, key: RecordKey, name: str, default: Any = None) -> Any:
         """Entry ``name`` of record ``key`` (JSON value), or ``default``."""
-        raw = self._read(entry_key(as_bytes(key), name))
+        raw = self._read(self.layout.entry_key(as_bytes(key), name))
         if raw is None:
             return default
         return _decode(raw)
 
     def get_bytes(self, key: RecordKey, name: str) -> bytes | None:
         """Entry ``name`` of record ``key`` as stored with :meth:`set_bytes`, or None."""
-        raw = self._read(entry_key(as_bytes(key), name))
+        raw = self._read(self.layout.entry_key(as_bytes(key), name))
         if raw is None:
             return None
         if raw[:1] != _BYTES:
@@ -57,28 +104,29 @@ class TaskStore:
 
     def set(self, key: RecordKey, name: str, value: Any) -> None:
         """Set entry ``name`` of record ``key`` to a JSON-serializable ``value``."""
-        self._pending[entry_key(as_bytes(key), name)] = _JSON + json.dumps(
+        self._pending[self.layout.entry_key(as_bytes(key), name)] = _JSON + json.dumps(
             value, separators=(",", ":")).encode()
 
     def set_bytes(self, key: RecordKey, name: str, value: bytes) -> None:
         """Set entry ``name`` of record ``key`` to raw bytes."""
-        self._pending[entry_key(as_bytes(key), name)] = _BYTES + bytes(value)
+        self._pending[self.layout.entry_key(as_bytes(key), name)] = _BYTES + bytes(value)
 
     def delete(self, key: RecordKey, name: str) -> None:
         """Remove entry ``name`` of record ``key`` (nothing if absent)."""
-        self._pending[entry_key(as_bytes(key), name)] = None
+        self._pending[self.layout.entry_key(as_bytes(key), name)] = None
 
     def items(self, key: RecordKey) -> dict[str, Any]:
         """Every entry of record ``key``, by name (bytes entries as bytes)."""
-        head = prefix(as_bytes(key))
-        found = {stored: raw for stored, raw in self._range(head)}
+        head = self.layout.prefix(as_bytes(key))
+        found = {stored: raw for stored, raw in self._prefixed(head)}
         for stored, raw in self._pending.items():
-            if stored.startswith(head) and split(stored)[0] == as_bytes(key):
+            if stored.startswith(head) and self.layout.split(stored)[0] == as_bytes(key):
                 if raw is None:
                     found.pop(stored, None)
                 else:
                     found[stored] = raw
-        return {split(stored)[1]: _decode(raw) for stored, raw in sorted(found.items())}
+        return {self.layout.split(stored)[1]: _decode(raw)
+                for stored, raw in sorted(found.items())}
 
     # -- batches, snapshots
 
@@ -92,7 +140,7 @@ class TaskStore:
                     batch.delete(stored)
                 else:
                     batch.put(stored, raw)
-            self._db.write(batch)
+            self._write(batch)
         changed = len(self._pending)
         self._pending.clear()
         self._db.flush()
@@ -120,12 +168,44 @@ class TaskStore:
             batch = WriteBatch(raw_mode=True)
             for stored, raw in entries:
                 batch.put(stored, raw)
-            self._db.write(batch)
+            self._write(batch)
         return len(entries)
 
-    def entries(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every committed (stored key, stored value), in key order."""
-        yield from self._range(b"")
+    def delete_ranges(self, ranges: Sequence[KeyRange]) -> None:
+        """Remove every committed entry in ``ranges`` with RocksDB's range deletions
+        (tombstones: no entry is read; compaction drops the data later), atomically."""
+        if self._pending:
+            raise RuntimeError("commit or discard the batch before deleting ranges")
+        if ranges:
+            batch = WriteBatch(raw_mode=True)
+            for r in ranges:
+                batch.delete_range(r.begin, r.end)
+            self._write(batch)
+
+    def remove(self, stored: Sequence[bytes]) -> int:
+        """Delete committed entries by stored key (a reshard's filter), atomically."""
+        if self._pending:
+            raise RuntimeError("commit or discard the batch before removing entries")
+        if stored:
+            batch = WriteBatch(raw_mode=True)
+            for key in stored:
+                batch.delete(key)
+            self._write(batch)
+        return len(stored)
+
+    def entries(self, within: KeyRange | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every committed (stored key, stored value), in key order (in ``within``)."""
+        if within is None:
+            if self.layout is LEGACY:
+                yield from self._range(b"", None)
+            else:
+                yield from self._range(ENTRIES_BEGIN, ENTRIES_END)  # (not META_KEY)
+        else:
+            yield from self._range(within.begin, within.end)
+
+    def split_key(self, stored: bytes) -> tuple[bytes | None, str]:
+        """(record key, entry name) of one of :meth:`entries`' keys."""
+        return self.layout.split(stored)
 
     def close(self) -> None:
         """Close RocksDB (its lock is released: another process may open the store)."""
@@ -145,12 +225,30 @@ class TaskStore:
         raw = self._db.get(stored)
         return None if raw is None else bytes(raw)
 
-    def _range(self, head: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def _write(self, batch: WriteBatch) -> None:
+        """Apply ``batch``; a new store's first write records its layout in it (atomic:
+        a store with entries always names its layout)."""
+        if not self._recorded and isinstance(self.layout, BucketLayout):
+            batch.put(META_KEY, self.layout.meta())
+        self._db.write(batch)
+        self._recorded = True
+
+    def _prefixed(self, head: bytes) -> Iterator[tuple[bytes, bytes]]:
         it = self._db.iter()
         it.seek(head)
         while it.valid():
             stored = bytes(it.key())
             if not stored.startswith(head):
+                return
+            yield stored, bytes(it.value())
+            it.next()
+
+    def _range(self, begin: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(begin)
+        while it.valid():
+            stored = bytes(it.key())
+            if end is not None and stored >= end:
                 return
             yield stored, bytes(it.value())
             it.next()

@@ -28,6 +28,7 @@ from typing import Any
 
 from checkpoint.errors import CheckpointFormatError
 from checkpoint.model import CheckpointId
+from grouping.key_hash import KeyHash
 from worker.state.backup import (
     MARKER_BACKEND,
     STORE_NAME,
@@ -133,6 +134,7 @@ class TaskStates:
         self._built: dict[str, int] = {}  # task -> when its live store was last restored
         self._composed: dict[str, tuple[tuple[str, str], ...]] = {}  # standby -> sources
         self.restores: dict[str, dict[str, Any]] = {}  # task -> figures of its last restore
+        self.uploaded: dict[str, int] = {}  # task -> bytes its last backup sent
 
     @property
     def state_dir(self) -> Path:
@@ -207,13 +209,17 @@ class TaskStates:
         self._snapshot_composed(task, live, checkpoint_id, checkpoint)
         with self._lock:
             self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
+        self._uploader.inherits(task, done.indexes)
         self.restores[task] = {
             "source": "composed", "bytes": done.downloaded_bytes,
             "files": done.downloaded_files, "seconds": round(done.seconds, 3),
-            "from": list(done.sources), "count": self._restored_before(task) + 1}
-        log.info("task %s: state composed from %s (%d entries; %d bytes in %d files "
-                 "downloaded, %.2fs)", task, ", ".join(done.sources), done.entries,
-                 done.downloaded_bytes, done.downloaded_files, done.seconds)
+            "from": list(done.sources), "count": self._restored_before(task) + 1,
+            "linked": done.cut, "copied": done.entries}
+        log.info("task %s: state composed from %s (%s; %d entries copied; %d bytes in %d "
+                 "files downloaded, %.2fs)", task, ", ".join(done.sources),
+                 f"{done.cut}'s files linked and cut by key range" if done.cut
+                 else "nothing linked", done.entries, done.downloaded_bytes,
+                 done.downloaded_files, done.seconds)
 
     def _snapshot_composed(self, task: str, store_dir: Path, checkpoint_id: str,
                            checkpoint: Mapping[str, Any]) -> Path:
@@ -257,6 +263,7 @@ class TaskStates:
                 result.index.to_bytes())
             with self._lock:
                 self._uploaded[task] = result.index
+                self.uploaded[task] = result.uploaded_bytes
             out[task] = {**checkpoint, "checkpointId": str(newest),
                          "stateCheckpointMarkers": {MARKER_BACKEND: {STORE_NAME: result.marker}}}
         return out
@@ -456,8 +463,8 @@ def _positions(offsets: Iterable[Mapping[str, Any]]) -> str:
 
 
 @contextmanager
-def task_state(state_dir: str | None, task: str, checkpoint_id: str | None
-               ) -> Iterator[Callable[[], TaskStore]]:
+def task_state(state_dir: str | None, task: str, checkpoint_id: str | None,
+               key_hash: KeyHash | None = None) -> Iterator[Callable[[], TaskStore]]:
     """A way to open ``task``'s live store for a batch's calls of ``process_task`` (one,
     or one per piece of its rows: they see each other's writes); if it was opened, the
     writes are applied and snapshotted under ``checkpoint_id`` at the end, and discarded
@@ -469,7 +476,7 @@ def task_state(state_dir: str | None, task: str, checkpoint_id: str | None
 
     def store() -> TaskStore:
         if not opened:
-            opened.append(TaskStore(task_dir(Path(state_dir), task) / "live"))
+            opened.append(TaskStore(task_dir(Path(state_dir), task) / "live", key_hash))
         return opened[0]
 
     try:
