@@ -71,6 +71,7 @@ class Job:
             for k in keys:
                 store.set(k, "n", store.get(k, "n", 0) + 1)
             store.commit()
+            store.compact_dropped(1)  # a file a batch: cuts compacted across batches
             store.snapshot(snapshot_dir(self.states.state_dir, name, checkpoint_id))
         body = self.states.back_up(checkpoint_id, {name: {"inputOffsets": []}})
         self.states.committed(body)
@@ -193,3 +194,22 @@ def test_a_kinesis_child_keeps_its_hash_key_range_of_a_linked_parent(tmp_path: P
         assert got == {k for k in keys if key_bucket(k, 0, 2, KEY_HASH) == 1
                        and low <= hash_key(k) <= high}
         assert job.states.restores[name]["linked"] == "T"
+
+
+def test_a_cuts_dropped_files_are_compacted_away_a_slice_a_batch(tmp_path: Path) -> None:
+    job = Job(tmp_path, legacy_start=False)
+    keys = [os.urandom(100) for _ in range(20_000)]
+    job.tasks["T"].held = job.commit("T", keys)
+    job.split(0)
+    child = task_dir(job.states.state_dir, "T.1") / "live"
+    with TaskStore(child, KEY_HASH) as store:
+        before = sum(f.stat().st_size for f in child.glob("*.sst"))
+        assert before >= job.sizes["T"] * 0.9  # the parent's files, cut by a range
+        rounds = 0
+        while store.compact_dropped(64 * 1024):
+            rounds += 1
+        assert rounds >= 1 and store.compact_dropped(64 * 1024) == 0
+        after = sum(f.stat().st_size for f in child.glob("*.sst"))
+        assert after < before * 0.7, (before, after)
+        mine = {k for k in keys if key_bucket(k, 0, 2, KEY_HASH) == 1}
+        assert {store.split_key(k)[0] for k, _ in store.entries()} == mine

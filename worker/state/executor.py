@@ -59,7 +59,7 @@ from worker.state.snapshot import (
     snapshot_dir,
     task_dir,
 )
-from worker.state.store import TaskStore
+from worker.state.store import COMPACT_BYTES_PER_BATCH, TaskStore
 
 log = logging.getLogger("coxswain.worker.state")
 
@@ -266,6 +266,7 @@ def executor_task_state(plan: ExecutorStatePlan, task: str,
             if opened:
                 _set_base(state_dir, task, DIRTY)  # ahead of every snapshot from here
                 opened[0].commit()
+                opened[0].compact_dropped(COMPACT_BYTES_PER_BATCH)
                 report = _snapshot_and_upload(plan, state_dir, task, base, opened[0],
                                               caches, restored[0], started)
                 plan.reports.add({(plan.batch_id, task): report})

@@ -41,6 +41,8 @@ NULL_TAG, KEYED_TAG = b"\x00", b"\x01"
 ENTRIES_BEGIN, ENTRIES_END = b"\x00", b"\x02"
 #: the entry naming a bucket-ordered store's layout (never an entry key: tag 0xFF)
 META_KEY = b"\xffcoxswain.layout"
+#: the key ranges a split deleted whose files are not compacted yet (JSON, hex pairs)
+DROPPED_KEY = b"\xffcoxswain.dropped"
 _HASH_BITS = 64
 
 # each byte's bits in reverse order: h.to_bytes(8, "little").translate(this) is the
@@ -189,6 +191,20 @@ def complement(kept: list[KeyRange]) -> list[KeyRange]:
     if at < ENTRIES_END:
         gaps.append(KeyRange(at, ENTRIES_END))
     return gaps
+
+
+def ranges_to_json(ranges: list[KeyRange], wait: int = 0) -> bytes:
+    """How :data:`DROPPED_KEY` stores ranges, and how many batches to wait before
+    compacting them."""
+    return json.dumps({"wait": max(0, wait),
+                       "ranges": [[r.begin.hex(), r.end.hex()] for r in ranges]}).encode()
+
+
+def ranges_of_json(raw: bytes) -> tuple[list[KeyRange], int]:
+    """Inverse of :func:`ranges_to_json`."""
+    data = json.loads(raw)
+    return ([KeyRange(bytes.fromhex(b), bytes.fromhex(e)) for b, e in data["ranges"]],
+            int(data["wait"]))
 
 
 def layout_of_meta(raw: bytes) -> BucketLayout:

@@ -50,7 +50,7 @@ from worker.state.snapshot import (
     snapshot_dir,
     task_dir,
 )
-from worker.state.store import TaskStore
+from worker.state.store import COMPACT_BYTES_PER_BATCH, TaskStore
 
 log = logging.getLogger("coxswain.worker.state")
 
@@ -483,6 +483,7 @@ def task_state(state_dir: str | None, task: str, checkpoint_id: str | None,
         yield store
         if opened:
             opened[0].commit()
+            opened[0].compact_dropped(COMPACT_BYTES_PER_BATCH)
             opened[0].snapshot(snapshot_dir(Path(state_dir), task, checkpoint_id))
     except BaseException:
         if opened:
