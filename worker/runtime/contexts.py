@@ -12,7 +12,6 @@ from common.kafka_clients import KafkaClientSettings, plain
 from common.tls import ClientTls
 from grouping.key_hash import KeyHash
 from worker.cuts import CutPlan
-from worker.output.exactly_once import ExactlyOnce
 from worker.state.executor import ExecutorStatePlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
@@ -20,6 +19,9 @@ from worker.state.tasks import StateConfig, no_state
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
+
+    # (the driver's: a Python worker running tasks never needs it, nor its clients)
+    from worker.output.exactly_once import ExactlyOnce
 
 #: the columns user code sees: Kafka input
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "keyBucket",
