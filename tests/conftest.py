@@ -60,6 +60,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         background.wait(item.config)  # never beside the chaos runs' faults and timings
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = background.summary(terminalreporter.config)
+    if lines:
+        terminalreporter.section("background jobs")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     background.stop(session)  # a job still running when the run ends (-x, Ctrl-C) stops
 

@@ -130,6 +130,7 @@ class _Outcome:
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
+    seconds: float | None = None  # how long the job ran
 
 
 class Background:
@@ -145,11 +146,26 @@ class Background:
                                         self._runners[lane]),
             name=f"background-{lane}", daemon=True) for lane in lanes]
         self._closed = False
+        self._started = time.monotonic()
+        self.waited_s: float | None = None  # how long the end-to-end tests waited
+        self._waited_at = 0.0
 
     def start(self) -> Background:
+        self._started = time.monotonic()
         for thread in self._threads:
             thread.start()
         return self
+
+    def summary(self) -> list[str]:
+        """One line per job (its lane and duration) and the end-to-end tests' wait: how
+        the suite's time is spent beside the fast tests (CI's budget)."""
+        lines = [f"{name} ({job.lane}): " + (
+            f"{self._outcomes[name].seconds:.0f} s" if self._outcomes[name].seconds
+            is not None else "not done") for name, job in self.jobs.items()]
+        if self.waited_s is not None:
+            lines.append(f"the end-to-end tests waited {self.waited_s:.0f} s for them, "
+                         f"{self._waited_at:.0f} s into the run")
+        return lines
 
     def has(self, name: str) -> bool:
         return name in self.jobs
@@ -165,8 +181,12 @@ class Background:
 
     def wait(self) -> None:
         """Until every job is done (or stopped)."""
+        began = time.monotonic()
         for thread in self._threads:
             thread.join()
+        if self.waited_s is None:
+            self.waited_s = time.monotonic() - began
+            self._waited_at = began - self._started
 
     def close(self) -> None:
         """Stop what still runs and discard what every job made. Idempotent."""
@@ -184,11 +204,13 @@ class Background:
     def _run_all(self, jobs: list[Job], runner: Runner) -> None:
         for job in jobs:
             outcome = self._outcomes[job.name]
+            began = time.monotonic()
             try:
                 outcome.value = job.work(runner)
             except BaseException as e:  # handed to the test that waits, in the main thread
                 outcome.error = e
             finally:
+                outcome.seconds = time.monotonic() - began
                 outcome.done.set()
 
 
@@ -216,6 +238,12 @@ def wait(config: pytest.Config) -> None:
     background = config.stash.get(BACKGROUND, None)
     if background is not None:
         background.wait()
+
+
+def summary(config: pytest.Config) -> list[str]:
+    """The run's background jobs' durations, and the end-to-end tests' wait for them."""
+    background = config.stash.get(BACKGROUND, None)
+    return [] if background is None else background.summary()
 
 
 def stop(session: pytest.Session) -> None:
