@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rocksdict import Checkpoint, Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Checkpoint, Options, Rdict, WriteBatch
 
 from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash
 from worker.state.keys import (
@@ -46,6 +46,13 @@ RecordKey = bytes | str | None
 def _options() -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
+    # every batch's commit flushes a small SST file, and in the bucket-ordered layout
+    # each spans the whole key space: a read would look into every one of them. A bloom
+    # filter per file (10 bits a key: ~1% false positives) lets a read skip the files
+    # that cannot hold its key
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
     return options
 
 

@@ -1,0 +1,91 @@
+"""Point reads and writes of ``ctx.state`` per state layout (issue #52): what keying every
+entry by the bit-reversed key hash costs a task's steady work against the legacy layout.
+
+    .venv/bin/python -m bench.state_ops [--keys 200000] [--runs 5]
+
+Each run counts ``--keys`` distinct keys twice in batches of 10 000 (a read and a write
+per record, then a commit: what the counting app does) into a fresh store of each
+layout, the layouts alternated; medians of ``--runs`` in records/s and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rocksdict import Options, Rdict
+
+from grouping.key_hash import KeyHash
+from worker.state.keys import LEGACY
+from worker.state.store import TaskStore
+
+BATCH = 10_000
+
+
+def legacy_store(path: Path) -> TaskStore:
+    """A store the release before the layout would have made (one legacy entry in it)."""
+    db = Rdict(str(path), Options(raw_mode=True))
+    db[LEGACY.entry_key(b"seed", "n")] = b"J0"
+    db.close()
+    store = TaskStore(path)
+    assert store.layout is LEGACY
+    return store
+
+
+def one_run(layout: str, keys: list[bytes], root: Path) -> float:
+    """Records per CPU second of read-increment-write over ``keys`` twice."""
+    path = root / layout
+    store = legacy_store(path) if layout == "legacy" else TaskStore(path, KeyHash.XXHASH64)
+    try:
+        started = time.process_time()  # the process's CPU (RocksDB's threads included):
+        for _ in range(2):               # steadier than wall time beside other work
+            for start in range(0, len(keys), BATCH):
+                for k in keys[start:start + BATCH]:
+                    store.set(k, "n", store.get(k, "n", 0) + 1)
+                store.commit()
+        took = time.process_time() - started
+        assert store.get(keys[0], "n") == 2
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
+    return 2 * len(keys) / took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--order", choices=("sequential", "random"), default="random",
+                        help="the keys' order in each pass (a real input's is random; "
+                        "sequential ids sort together in the legacy layout)")
+    args = parser.parse_args()
+    keys = [f"user-{i}".encode() for i in range(args.keys)]
+    if args.order == "random":
+        random.Random(52).shuffle(keys)
+    root = Path(tempfile.mkdtemp(prefix="coxswain-bench-ops-"))
+    rates: dict[str, list[float]] = {"legacy": [], "bucket": []}
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.keys} keys in {args.order} order, "
+          f"two passes, medians of {args.runs}")
+    try:
+        for i in range(args.runs):
+            for layout in (("legacy", "bucket") if i % 2 == 0 else ("bucket", "legacy")):
+                rates[layout].append(one_run(layout, keys, root))
+            print(f"run {i + 1}: legacy {rates['legacy'][-1]:,.0f} rec/s, bucket-ordered "
+                  f"{rates['bucket'][-1]:,.0f} rec/s", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    legacy, bucket = (statistics.median(rates[k]) for k in ("legacy", "bucket"))
+    print(f"\n| layout | records/s (median) | x legacy |\n|---|---|---|\n"
+          f"| legacy | {legacy:,.0f} | 1.00 |\n| bucket-ordered | {bucket:,.0f} | "
+          f"{bucket / legacy:.2f} |")
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+
+
+if __name__ == "__main__":
+    main()
