@@ -52,8 +52,11 @@ class Job:
         self.states = TaskStates(StateConfig(root / "state", (root / "blobs").as_uri(), None))
         self.counts: Counter[bytes | None] = Counter()
         self.batches = 0
-        # (task, linked source, entries copied, bytes its first backup sent)
-        self.cuts: list[tuple[str, str | None, int, int]] = []
+        # (task, split of a legacy store (None: a merge), linked source, entries copied,
+        # bytes its first backup sent)
+        self.cuts: list[tuple[str, bool | None, str | None, int, int]] = []
+        self.started = 0
+        self.legacy_start = legacy_start
         self.sizes: dict[str, int] = {}  # task -> bytes of its last snapshot
         self.states.restore({"T": {"stateSources": []}})
         if legacy_start:  # the first release's encoding, no layout entry
@@ -87,17 +90,21 @@ class Job:
             if mine:
                 task.held = self.commit(name, mine)
 
-    def start(self, name: str, factor: int, bucket: int,
-              sources: list[dict[str, Any]]) -> None:
-        """A new task composed from ``sources``; checks its state at once."""
+    def start(self, factor: int, bucket: int, sources: list[dict[str, Any]],
+              split_of_legacy: bool | None) -> str:
+        """A new task composed from ``sources`` (``split_of_legacy``: None for a merge,
+        else whether the parent's store is the legacy one); checks its state at once."""
+        self.started += 1
+        name = f"t{self.started}-{bucket}of{factor}"
         self.states.restore({name: {"stateSources": sources}})
         task = Task(factor, bucket, {})
         self.check(name, task)
         restored = self.states.restores[name]
         task.held = self.commit(name, [])
-        self.cuts.append((name, restored["linked"], int(restored["copied"]),
-                          self.states.uploaded[name]))
+        self.cuts.append((name, split_of_legacy, restored["linked"],
+                          int(restored["copied"]), self.states.uploaded[name]))
         self.tasks[name] = task
+        return name
 
     def split(self, pick: int) -> None:
         name = sorted(self.tasks)[pick % len(self.tasks)]
@@ -107,8 +114,8 @@ class Job:
             return
         factor = 2 * parent.factor
         for bucket in (parent.bucket, parent.bucket + parent.factor):
-            self.start(f"{name}.{bucket}", factor, bucket, [source(
-                parent.held, factor, bucket, bucket == 0)])
+            self.start(factor, bucket, [source(parent.held, factor, bucket, bucket == 0)],
+                       split_of_legacy=name == "T" and self.legacy_start)
 
     def merge(self, pick: int) -> None:
         pairs = [(a, b) for a, ta in self.tasks.items() for b, tb in self.tasks.items()
@@ -118,9 +125,9 @@ class Job:
             return
         a, b = sorted(pairs)[pick % len(pairs)]
         low, high = self.tasks.pop(a), self.tasks.pop(b)
-        self.start(f"({a}+{b})", low.factor // 2, low.bucket, [
+        self.start(low.factor // 2, low.bucket, [
             source(low.held, low.factor, low.bucket, low.bucket == 0),
-            source(high.held, high.factor, high.bucket, False)])
+            source(high.held, high.factor, high.bucket, False)], split_of_legacy=None)
 
     def check(self, name: str, task: Task) -> None:
         with TaskStore(task_dir(self.states.state_dir, name) / "live", KEY_HASH) as store:
@@ -162,8 +169,8 @@ def test_every_key_is_exactly_where_its_bucket_is_across_splits_and_merges(
         for name, task in job.tasks.items():
             job.check(name, task)
         # a split of a bucket-ordered store links its parent and copies nothing
-        for name, linked, copied, _ in job.cuts:
-            if "+" not in name and (not legacy_start or name.count(".") > 1):
+        for name, of_legacy, linked, copied, _ in job.cuts:
+            if of_legacy is False:
                 assert linked is not None and copied == 0, (name, linked, copied)
     finally:
         shutil.rmtree(root)
@@ -174,7 +181,7 @@ def test_a_split_childs_first_backup_sends_only_what_its_cut_wrote(tmp_path: Pat
     job.tasks["T"].held = job.commit("T", [os.urandom(100) for _ in range(20_000)])
     assert job.sizes["T"] > 1_000_000
     job.split(0)
-    for name, linked, copied, sent in job.cuts:
+    for name, _, linked, copied, sent in job.cuts:
         assert (linked, copied) == ("T", 0)
         assert sent < job.sizes["T"] / 20, (name, sent)  # its SST files are the parent's
 
@@ -201,7 +208,7 @@ def test_a_cuts_dropped_files_are_compacted_away_a_slice_a_batch(tmp_path: Path)
     keys = [os.urandom(100) for _ in range(20_000)]
     job.tasks["T"].held = job.commit("T", keys)
     job.split(0)
-    child = task_dir(job.states.state_dir, "T.1") / "live"
+    child = task_dir(job.states.state_dir, job.cuts[1][0]) / "live"
     with TaskStore(child, KEY_HASH) as store:
         before = sum(f.stat().st_size for f in child.glob("*.sst"))
         assert before >= job.sizes["T"] * 0.9  # the parent's files, cut by a range
