@@ -93,7 +93,6 @@ def run_worker(args: argparse.Namespace) -> None:
         WorkerConfig,
         spark_session,
         stop_spark,
-        task_api,
     )
     from worker.runtime.app import (
         AppError,
@@ -105,6 +104,7 @@ def run_worker(args: argparse.Namespace) -> None:
     )
     from worker.runtime.query_failures import app_file
     from worker.runtime.spark import parse_conf
+    from worker.runtime.task_api import task_api
     from worker.state.blobs import BlobStoreOptions
     from worker.state.tasks import StateConfig
 

@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 from service.logs import configure
 from worker.client import CoordinatorClient, LeaseLost
-from worker.runtime import Worker, WorkerConfig, spark_session, stop_spark, task_api
+from worker.runtime import Worker, WorkerConfig, spark_session, stop_spark
+from worker.runtime.task_api import task_api
 from worker.state.tasks import StateConfig
 
 log = logging.getLogger("coxswain.test.lease")

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from worker.runtime.handover import NotAStatefulJob, QueryDied
     from worker.runtime.spark import spark_session, stop_spark
-    from worker.runtime.task_api import place_tasks, run_tasks, task_api
+    from worker.runtime.task_api import place_tasks, run_tasks
     from worker.runtime.worker import Worker
 
 #: where each name lives. Imported on first use (PEP 562): every Python worker that runs
@@ -42,8 +42,10 @@ _HOMES = {
     "ProcessBatch": "contexts", "ProcessTask": "contexts", "TaskContext": "contexts",
     "WorkerConfig": "contexts", "NotAStatefulJob": "handover", "QueryDied": "handover",
     "spark_session": "spark", "stop_spark": "spark", "place_tasks": "task_api",
-    "run_tasks": "task_api", "task_api": "task_api", "Worker": "worker",
+    "run_tasks": "task_api", "Worker": "worker",
 }
+# (``task_api``, the function, is imported from ``worker.runtime.task_api``: loaded on
+# first use, the package's name ``task_api`` is that submodule, as Python binds it)
 
 
 def __getattr__(name: str) -> Any:
@@ -57,4 +59,4 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["COLUMNS", "KINESIS_COLUMNS", "BatchContext", "NotAStatefulJob", "ProcessBatch",
            "ProcessTask", "QueryDied", "TaskContext", "Worker", "WorkerConfig", "place_tasks",
-           "run_tasks", "spark_session", "stop_spark", "task_api"]
+           "run_tasks", "spark_session", "stop_spark"]
