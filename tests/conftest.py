@@ -33,7 +33,7 @@ from service.local.kafka import LocalKafka, SaslSsl  # noqa: E402
 from service.local.kinesis import LocalKinesis  # noqa: E402
 from service.local.s3 import CREDENTIALS, LocalS3  # noqa: E402
 from service.local.zookeeper import ZooKeeperEnsemble  # noqa: E402
-from tests.infra import background, sigterm  # noqa: E402
+from tests.infra import background, beside, sigterm  # noqa: E402
 from tests.infra.certs import make_certs  # noqa: E402
 from tests.infra.postgres import PostgresServer  # noqa: E402
 
@@ -51,13 +51,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # self-contained slow work (the container images' build, the demo runs) starts now,
-    # beside the fast tests; its tests check its results (tests/infra/background.py)
-    background.start(session)
+    # beside the fast tests; its tests check its results (tests/infra/background.py).
+    # And the end-to-end tests marked ``beside`` start in a second pytest process, beside
+    # everything else (tests/infra/beside.py); in that process, nothing more starts
+    if not beside.in_lane():
+        background.start(session, beside.plan(session))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("slow") is not None:
-        background.wait(item.config)  # never beside the chaos runs' faults and timings
+        # never beside the builds' CPU (the ``beside`` tests' process excepted: it is
+        # meant to share the machine with the end-to-end tests)
+        background.wait(item.config)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -18,7 +18,8 @@ from service.local.kafka import LocalKafka
 from service.local.s3 import LocalS3
 from tests.infra.postgres import PostgresServer
 
-pytestmark = pytest.mark.slow
+# beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 
 def test_a_short_chaos_run_loses_nothing_and_keeps_order(

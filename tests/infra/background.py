@@ -119,6 +119,9 @@ class Job:
     checked_by: tuple[str, ...] = ()
     #: jobs of one lane run one after another; lanes side by side
     lane: str = "build"
+    #: whether the end-to-end tests wait for it before they start (False: it is meant
+    #: to run beside them, as ``tests/infra/beside.py``'s tests do)
+    waited_for: bool = True
 
     def wanted_by(self, item: pytest.Item) -> bool:
         name = getattr(item, "originalname", item.name)
@@ -145,6 +148,8 @@ class Background:
             target=self._run_all, args=([j for j in jobs if j.lane == lane],
                                         self._runners[lane]),
             name=f"background-{lane}", daemon=True) for lane in lanes]
+        self._waited_for = [thread for thread, lane in zip(self._threads, lanes, strict=True)
+                            if all(j.waited_for for j in jobs if j.lane == lane)]
         self._closed = False
         self._started = time.monotonic()
         self.waited_s: float | None = None  # how long the end-to-end tests waited
@@ -180,9 +185,9 @@ class Background:
         return outcome.value
 
     def wait(self) -> None:
-        """Until every job is done (or stopped)."""
+        """Until every job the end-to-end tests wait for is done (or stopped)."""
         began = time.monotonic()
-        for thread in self._threads:
+        for thread in self._waited_for:
             thread.join()
         if self.waited_s is None:
             self.waited_s = time.monotonic() - began
@@ -218,11 +223,12 @@ class Background:
 BACKGROUND = pytest.StashKey[Background]()
 
 
-def start(session: pytest.Session) -> None:
-    """Start the ``BACKGROUND_JOBS`` that the tests the run is to run check, in run order."""
+def start(session: pytest.Session, more: list[Job] | None = None) -> None:
+    """Start the ``BACKGROUND_JOBS`` that the tests the run is to run check, in run order,
+    and ``more``."""
     if session.config.option.collectonly:
         return
-    jobs: list[Job] = []
+    jobs: list[Job] = list(more or ())
     for item in session.items:
         module = getattr(item, "module", None)
         for job in getattr(module, "BACKGROUND_JOBS", ()):

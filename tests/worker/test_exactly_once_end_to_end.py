@@ -42,7 +42,8 @@ from tests.worker.test_kinesis_end_to_end import Producing as KinesisProducing
 from tests.worker.test_kinesis_end_to_end import split
 from tests.worker.test_stateful_end_to_end import settled
 
-pytestmark = pytest.mark.slow
+# beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 
 def read_committed(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:

@@ -29,7 +29,8 @@ from tests.worker.test_end_to_end import (
     stop_workers,
 )
 
-pytestmark = pytest.mark.slow
+# beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 KEYS = 40
 
 

@@ -34,7 +34,8 @@ from tests.worker.test_end_to_end import (
 from tests.worker.test_kinesis_end_to_end import Producing, shard_ids, split, wait_all
 from tests.worker.test_stateful_end_to_end import restores_of
 
-pytestmark = pytest.mark.slow
+# beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 
 def check_counts(records: list[dict[str, Any]], producing: Producing) -> None:

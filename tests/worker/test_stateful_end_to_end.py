@@ -218,6 +218,7 @@ def actives(model: dict[str, Any], pid: str) -> list[str]:
     return sorted(n for n, t in tasks.items() if t["taskMode"] == "Active")
 
 
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
 def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
 ) -> None:
@@ -302,6 +303,7 @@ def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
     check_counts(kafka, output, producing)
 
 
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
 @pytest.mark.parametrize("standbys", [0, 1])
 def test_state_follows_the_elasticity_factor_while_the_job_runs(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path, standbys: int,
@@ -364,6 +366,7 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
         assert runs[0] == 1 and all(n <= 1 for n in runs), (pid, runs)
 
 
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
 def test_a_restarted_worker_gets_its_tasks_back_once_its_standby_copies_catch_up(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
 ) -> None:
@@ -425,6 +428,7 @@ def test_a_restarted_worker_gets_its_tasks_back_once_its_standby_copies_catch_up
     check_counts(kafka, output, producing)
 
 
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
 def test_repeated_sigterms_neither_cut_a_handover_short_nor_a_start(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
 ) -> None:
