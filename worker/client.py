@@ -193,6 +193,12 @@ class CoordinatorClient:
         self._raise(r)
         return str(r.json()["barrier"])
 
+    def status(self) -> dict[str, Any]:
+        """``GET /status``: the job's state, its monitored inputs among it."""
+        r = self._call("GET", "/status")
+        self._raise(r)
+        return dict(r.json())
+
     def checkpoints(self, task_names: list[str]) -> dict[str, Any]:
         """Resolved start offsets and skip watermarks of ``task_names``."""
         r = self._call("GET", "/checkpoints", params={"taskName": task_names})

@@ -14,7 +14,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.file_lock import FileLock, FileLocked
 from common.kafka_clients import KafkaSettingsError
@@ -25,6 +25,10 @@ from service.commands.options import (
     client_tls,
     kafka_settings,
 )
+
+if TYPE_CHECKING:
+    from common.kafka_clients import KafkaClientSettings
+    from worker.state.tasks import StateConfig
 
 
 def require_worker_extra(command: str) -> None:
@@ -75,6 +79,41 @@ def hold_state_dir(state_dir: Path) -> FileLock:
             f"coxswain: another worker (pid {e.holder}) uses the state dir {state_dir}: "
             "give each worker on a host its own --state-dir (e.g. --state-dir "
             "./coxswain-state-2)") from None
+
+
+def start_checks(args: argparse.Namespace, kafka: KafkaClientSettings,
+                 state: StateConfig | None) -> None:
+    """The worker's checks at start (``worker.start_checks``): the broker answers, the
+    output topic and the job's input topics are there, the blob store answers."""
+    from worker.client import CoordinatorClient
+    from worker.start_checks import (
+        broker_topics,
+        check_blob_store,
+        check_input_topics,
+        check_output_topic,
+        job_inputs,
+    )
+
+    if args.output_topic or not args.kinesis_endpoint:  # the job reads or writes Kafka
+        topics = broker_topics(kafka)
+        if args.api == "task" and args.output_topic:
+            check_output_topic(topics, args.output_topic, kafka.bootstrap)
+        tls = client_tls(args)
+        client = CoordinatorClient(args.coordinator, args.token, retry_for_s=0,
+                                   request_timeout_s=5.0,
+                                   verify=tls.context() if tls is not None else True)
+        try:
+            status = client.status()
+        except Exception as e:
+            logging.getLogger("coxswain.worker").info(
+                "the job's input topics not checked: the coordinator did not answer (%s)", e)
+        else:
+            check_input_topics(topics, job_inputs(status), kafka.bootstrap)
+        finally:
+            client.close()
+    if state is not None and state.blob_store.startswith("s3:"):
+        check_blob_store(state.blob_store, state.blob_store_endpoint,
+                         state.blob_store_options)
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -185,13 +224,10 @@ def run_worker(args: argparse.Namespace) -> None:
                                               args.exactly_once_log)
     elif args.exactly_once_log:
         raise SystemExit("coxswain: --exactly-once-log is for --exactly-once")
-    if args.api == "task" and args.output_topic:
-        from worker.output.topic import OutputTopicMissing, check_output_topic
-
-        try:  # before anything starts: a typo is told now, not at the first output
-            check_output_topic(kafka, args.output_topic)
-        except OutputTopicMissing as e:
-            raise SystemExit(f"coxswain: {e}") from None
+    try:  # before anything starts: a first hour's mistakes are told now, in one line
+        start_checks(args, kafka, state)
+    except ValueError as e:
+        raise SystemExit(f"coxswain: {e}") from None
     config = WorkerConfig(
         coordinator=args.coordinator, kafka_bootstrap=kafka.bootstrap, kafka_client=kafka,
         processor_id=args.processor_id, location=args.location or socket.gethostname(),

@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from coordinator.bucket_signals import bucket_signals
 from coordinator.lifecycle import Coordinator
 from grouping.measures import balance
-from grouping.model import JobModel
+from grouping.model import JobModel, SystemStreamPartition
 from service import deps
 from service.auth import AuthFirstRoute
 from service.metrics import Metrics
@@ -18,6 +18,16 @@ from service.metrics import Metrics
 router = APIRouter(tags=["status"], route_class=AuthFirstRoute)
 MAX_LAGS_SHOWN = 200  # task lags per processor, and warm-ups, listed by /status
 Coord = Annotated[Coordinator, Depends(deps.coordinator)]
+
+
+def input_streams(inputs: tuple[SystemStreamPartition, ...]) -> list[dict[str, Any]]:
+    """``[{"stream": "kafka.orders", "partitions": 8}]``: per stream, how many of its
+    partitions the job reads."""
+    counts: dict[str, int] = {}
+    for ssp in inputs:
+        name = f"{ssp.system}.{ssp.stream}"
+        counts[name] = counts.get(name, 0) + 1
+    return [{"stream": name, "partitions": n} for name, n in sorted(counts.items())]
 
 
 @router.get("/status")
@@ -77,6 +87,8 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
             stats, coordinator.elasticity_factor(),
             request.app.state.settings.bucket_signal_min_records).to_json(),
         "inputPartitions": len(coordinator.inputs),
+        # per input stream, the partitions the job reads (a worker checks its broker's)
+        "inputStreams": input_streams(coordinator.inputs),
         "processors": processors,
         "tasksPerProcessor": {pid: active_count for pid, (active_count, _) in counts.items()},
         "lagPerTask": lag_per_task,

@@ -294,3 +294,11 @@ def test_process_task_runs_per_virtual_task_in_offset_order(
     assert tasks == {f"Partition {p}_{b}_4" for p in range(2) for b in range(4)}
     for r in records:  # each record went to the virtual task of its key bucket
         assert r["task"].startswith(f"Partition {r['partition']}_")
+    # the worker's INFO log is for people (#50): progress lines, version changes, and no
+    # per-request HTTP lines, Spark progress bars or warnings a worker causes by design
+    log = (tmp_path / "w0.log").read_text()
+    assert re.search(r"INFO coxswain.worker batch(?:es \d+-\d+| \d+): \d+ records for", log), log
+    assert re.search(r"version \d+: starting Partition", log), log
+    for noise in ("HTTP Request", "[Stage ", "falling behind", "resolves to a loopback",
+                  "ResolveWriteToStream"):
+        assert noise not in log, f"{noise!r} in the worker's log:\n{log[-3000:]}"

@@ -52,6 +52,7 @@ from worker.running import (
 from worker.runtime.boundary import BatchBoundary
 from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, owned_counts
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
+from worker.runtime.progress import ProgressLog
 from worker.runtime.task_api import placed_by_reads
 from worker.sources.jvm_kafka import Planned, planned_ranges
 from worker.sources.kafka import readers_of
@@ -117,6 +118,8 @@ class BatchRunner:
         self._transactions_committed = 0  # (for the test hook)
         self.committer = self._new_committer()
         self.busy = BusyMeter()
+        self._behind: int | None = None  # records behind at the last heartbeat's look
+        self._progress = ProgressLog(lag=lambda: self._behind)
         self.stats: dict[str, Any] = {}
         self.batches = 0
         # Kafka: the batch size steered toward a target duration (``worker.batch_size``),
@@ -339,12 +342,12 @@ class BatchRunner:
                 # a batch cut short says nothing of a full one's duration: not measured
                 self._resize(0 if cut_short else read, started, ended, under)
             self.busy.record(started, ended)
-            # what each batch did, one line (a user's sign of progress)
-            log.info("batch %d: %d records for %d of %d tasks in %.2fs%s%s", batch_id, read,
-                     len({s.task for s in now.starts}) if read else 0,
-                     len({s.task for s in plan.starts}), took,
-                     f", next at most {self._issued} records" if self._size is not None
-                     and plan.system != "kinesis" else "", " (cut short)" if cut_short else "")
+            # what the batches did (a user's sign of progress): a line per interval
+            self._progress.batch(
+                batch_id, read, len({s.task for s in now.starts}) if read else 0,
+                len({s.task for s in plan.starts}), took,
+                self._issued if self._size is not None and plan.system != "kinesis"
+                else None, cut_short)
             self.batches += 1
             self.stats = {
                 "batchSeconds": round(took, 3), "version": plan.version,
@@ -585,6 +588,10 @@ class BatchRunner:
             finally:
                 self._signals.clear(batch_id)
 
+    def log_progress(self) -> None:
+        """The progress line of the batches since the last one (at a stop)."""
+        self._progress.flush()
+
     # -- the backlog, for the autosizer
 
     def backlog(self, progress: dict[str, Any] | None) -> dict[str, dict[str, int]]:
@@ -602,11 +609,14 @@ class BatchRunner:
             return {"consumerLag": _kinesis_backlog(plan, latest, "recordsBehind"),
                     "consumerLagMs": _kinesis_backlog(plan, latest, "millisBehindLatest")}
         lag: dict[str, int] = {}
+        behind: dict[tuple[str, int], int] = {}
         for s in plan.starts:
             end = latest.get(f"{s.topic}/{s.partition}")
             done = self.committed.get((s.topic, s.partition))
             if end is not None and done is not None:
                 lag[s.task] = max(lag.get(s.task, 0), int(end) - done)
+                behind[(s.topic, s.partition)] = max(0, int(end) - done)
+        self._behind = sum(behind.values())  # for the progress lines
         return {"consumerLag": lag}
 
 

@@ -175,9 +175,9 @@ class Handover:
             raise QueryDied(f"the query died: {text}")
         failure = classify(text, self._restarts.app_files)
         if failure.in_app:
-            log.info("the query's failure, whole: %s", text)
-            raise QueryDied("the query died in the app's code (Spark's whole error is "
-                            f"logged above):\n{python_traceback(text)}")
+            log.debug("the query's failure, whole: %s", text)
+            raise QueryDied("the query died in the app's code (Spark's whole error at "
+                            f"--log-level DEBUG):\n{python_traceback(text)}")
         delay = self._restarts.restarts.next_delay(time.monotonic())
         policy = self._restarts.restarts.policy
         if delay is None:
@@ -190,7 +190,7 @@ class Handover:
                     "runs its %d tasks from their checkpoints (restart %d; at most %d "
                     "within %.0fs)", failure.summary, delay, len(tasks),
                     self._restarts.restarts.total, policy.max_restarts, policy.window_s)
-        log.info("the query's failure, whole: %s", text)
+        log.debug("the query's failure, whole: %s", text)
         self._restarts.record(failure.summary)
         if tasks:  # as lost tasks: stopped, their last commit awaited
             self._runner.remove(tasks)

@@ -7,13 +7,16 @@ import logging
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from worker.jars import connector_jars
 from worker.runtime.class_archive import ClassArchive, spark_options
+from worker.runtime.query_failures import summary
 
 log = logging.getLogger("coxswain.worker")
 
@@ -75,6 +78,11 @@ def spark_session(master: str, app_name: str = "coxswain-worker",
     when it exists, with the user's ``conf`` over Coxswain's defaults."""
     python = executor_python or os.environ.get("PYSPARK_PYTHON") or sys.executable
     os.environ["PYSPARK_PYTHON"] = python  # read when the context starts
+    if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
+        # a local master's driver and executors are one JVM: loopback is where it
+        # listens (else Spark picks the first non-loopback interface and warns at
+        # every start that the hostname resolves to loopback)
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     user = dict(conf or {})
     jars = [str(p) for p in connector_jars()]
     if user.get("spark.jars"):
@@ -85,6 +93,8 @@ def spark_session(master: str, app_name: str = "coxswain-worker",
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.jars", ",".join(jars))
                .config("spark.ui.enabled", "false")
+               # a worker's log is read by people: no console progress bars in it
+               .config("spark.ui.showConsoleProgress", "false")
                # small micro-batches: one shuffle partition per core, not coalesced
                .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
                # the query's own offset and commit logs (a throwaway folder per query:
@@ -96,7 +106,69 @@ def spark_session(master: str, app_name: str = "coxswain-worker",
     for key, value in user.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    quiet_by_design(spark)
+    install_short_traces()
     if "spark.sql.shuffle.partitions" not in user:
         spark.conf.set("spark.sql.shuffle.partitions",
                        str(max(1, spark.sparkContext.defaultParallelism)))
     return spark
+
+
+#: Spark's warnings that a worker causes by design, at every batch or query start: the
+#: micro-batches run back to back on a short trigger ("Current batch is falling behind"),
+#: and the session's adaptive execution is off for streaming queries
+QUIET_BY_DESIGN = (
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
+)
+
+
+def quiet_by_design(spark: SparkSession) -> None:
+    """Errors only from :data:`QUIET_BY_DESIGN`'s loggers."""
+    jvm: Any = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in QUIET_BY_DESIGN:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+
+
+class ShortTraces(logging.Filter):
+    """py4j logs an exception raised in a Python callback (a batch's ``foreachBatch``)
+    with its whole Java and Python trace, about a hundred lines: here shortened to its
+    cause unless the worker logs at DEBUG. A job that Spark cancelled because the worker
+    stops or restarts its query is expected there, and said at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or log.isEnabledFor(logging.DEBUG):
+            return True
+        error = record.exc_info[1]
+        try:  # (a py4j error asks the JVM for its text)
+            text = logging.Formatter().formatException(record.exc_info)
+        except Exception:
+            text = repr(error)  # the JVM may be gone: the exception's type then
+        java = java_cause(text)
+        cause = summary(java) if java is not None else \
+            "".join(traceback.format_exception_only(error)).strip().splitlines()[0]
+        message = record.getMessage()
+        record.msg = "%s %s (the whole trace at --log-level DEBUG)"
+        record.args = (message, cause)
+        record.exc_info, record.exc_text = None, None
+        if "SPARK_JOB_CANCELLED" in cause:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def java_cause(text: str) -> str | None:
+    """From a py4j error's text, the JVM exception's own line onwards (its message);
+    None when ``text`` has none."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(": "):  # py4j: "An error occurred while calling o1.save.\n: <it>"
+            return "\n".join([line[2:], *lines[i + 1:]])
+    return None
+
+
+def install_short_traces() -> None:
+    """:class:`ShortTraces` on py4j's callback server logger (once per process)."""
+    callbacks = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, ShortTraces) for f in callbacks.filters):
+        callbacks.addFilter(ShortTraces())

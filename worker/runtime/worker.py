@@ -208,6 +208,7 @@ class Worker:
         """No task runs any more; their last commit awaited (it fails if the lease is
         gone: then the next owner starts from the commit before)."""
         running = self._runner.running
+        self._runner.log_progress()
         if not running.tasks:
             return
         log.info("%s: handing over %d tasks", why, len(running.tasks))
