@@ -4,6 +4,7 @@ screenshot is saved under the test's output folder."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,6 +62,11 @@ def test_the_status_page_shows_the_job_in_a_browser(start_server: StartServer,
     assert ">scale<" in html  # the rebalance history names the reason
     assert "1,234" in html  # checkpoint progress of the partitions
     assert "w" * 24 not in html and "a" * 24 not in html  # no secrets
+    # every card and column says what it means on hover (#50)
+    cards = re.findall(r'<div class="card"( title="[^"]+")?>', html)
+    headers = re.findall(r"<th( title=\"[^\"]+\")?>", html)
+    assert cards and headers
+    assert all(cards) and all(headers), (cards, headers)
     shot = tmp_path / "status-page.png"
     done = chromium(tmp_path, "--window-size=1280,1000", f"--screenshot={shot}",
                     server.url + "/")
