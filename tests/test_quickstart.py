@@ -64,6 +64,13 @@ class Namespace:
     def __init__(self, logs: Path) -> None:
         self.name = f"cxqs-{uuid.uuid4().hex[:8]}"
         self.logs = logs
+        # a fresh checkout's folder as the commands' working directory (the coordinator's
+        # ./coxswain-data and the worker's ./coxswain-state are made there), with the
+        # checkout's install and examples in it
+        self.cwd = logs / "checkout"
+        self.cwd.mkdir()
+        for name in (".venv", "examples"):
+            (self.cwd / name).symlink_to(ROOT / name)
         self.running: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def __enter__(self) -> Namespace:
@@ -79,7 +86,7 @@ class Namespace:
         """``command`` running in the background (its own process group), its output in
         ``logs/label.log``."""
         log = (self.logs / f"{label}.log").open("ab")
-        proc = subprocess.Popen(self._argv(command), cwd=ROOT, stdout=log,
+        proc = subprocess.Popen(self._argv(command), cwd=self.cwd, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env=os.environ.copy())
         log.close()
@@ -87,7 +94,7 @@ class Namespace:
         return proc
 
     def run(self, command: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self._argv(command), cwd=ROOT, capture_output=True, text=True,
+        return subprocess.run(self._argv(command), cwd=self.cwd, capture_output=True, text=True,
                               timeout=timeout_s, check=False)
 
     def log(self, label: str) -> str:
@@ -154,7 +161,12 @@ def test_the_readmes_quickstart_runs_as_written(namespace: Namespace) -> None:
     values = read.stdout.splitlines()
     assert values, read.stderr
     assert all(re.fullmatch(r"\S+ \d+\.\d\d EUR", v) for v in values), values[:5]
+    # "Stop one (Ctrl-C)": it hands its tasks over with their last commit and leaves
+    stopped = dict(ns.running)["worker"]
+    os.killpg(stopped.pid, signal.SIGINT)
+    assert stopped.wait(120) == 0, ns.log("worker")[-3000:]
     log = ns.log("worker")
+    assert "stopping: handing over 32 tasks" in log and "left the group" in log, log[-3000:]
     assert "HTTP Request" not in log and "[Stage " not in log, log[-3000:]
 
 

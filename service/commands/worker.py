@@ -60,6 +60,15 @@ class Terminations:
             if self.on_first is not None:
                 self.on_first()
 
+    def interrupt(self, signum: int, frame: object) -> None:
+        """Ctrl-C: the first stops the worker as SIGTERM does (its tasks handed over
+        with their last commit, then it leaves); one more stops it at once."""
+        if self.received:
+            raise KeyboardInterrupt
+        print("coxswain worker: stopping (handing over its tasks; Ctrl-C again to stop "
+              "at once)", file=sys.stderr, flush=True)
+        self(signum, frame)
+
     def then(self, action: Callable[[], None]) -> None:
         """Run ``action`` at the first SIGTERM (now, if it came already)."""
         self.on_first = action
@@ -120,6 +129,7 @@ def run_worker(args: argparse.Namespace) -> None:
     """``coxswain worker``."""
     terminations = Terminations()
     signal.signal(signal.SIGTERM, terminations)
+    signal.signal(signal.SIGINT, terminations.interrupt)
     require_worker_extra("worker")
 
     from service.logs import configure
@@ -270,6 +280,9 @@ def run_worker(args: argparse.Namespace) -> None:
                 "workers then start seconds faster)", archive.path)
     spark = spark_session(args.spark_master, app_name=app_name, conf=spark_conf,
                           executor_python=args.executor_python, class_archive=archive)
+    # PySpark's context takes SIGINT over (cancel every job, KeyboardInterrupt): a
+    # Ctrl-C would cut the batch in flight and skip the handover's last commit
+    signal.signal(signal.SIGINT, terminations.interrupt)
     # then it cancels the warm-up job, so a worker stopped while it starts exits in
     # seconds, well within a supervisor's grace period (py4j off the handler's frame)
     terminations.then(lambda: threading.Thread(target=spark.sparkContext.cancelAllJobs,
