@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,24 @@ def test_a_start_that_does_not_return_stops_the_process(tmp_path: Path, ending: 
         assert proc.poll() is not None  # stopped before the error went on
     finally:
         stop_process(proc)
+
+
+def test_a_starting_coordinators_progress_is_its_cpu_time() -> None:
+    """What tests/service/server.py waits on past its answer timeout: a process that
+    keeps getting CPU (a starved machine's slow imports) is still starting."""
+    from tests.service.server import cpu_seconds
+
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.5: pass\ntime.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while cpu_seconds(proc.pid) < 0.4:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        busy = cpu_seconds(proc.pid)
+        time.sleep(0.5)  # now it sleeps: no progress
+        assert cpu_seconds(proc.pid) - busy < 0.1
+    finally:
+        stop_process(proc)
+    assert cpu_seconds(proc.pid) == 0.0  # gone

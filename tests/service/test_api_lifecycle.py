@@ -53,7 +53,9 @@ def test_registration_conflict_and_leave(start_server: StartServer) -> None:
 
 
 def test_job_model_etag_long_poll_and_barrier(start_server: StartServer) -> None:
-    server = start_server(*FAST)
+    # both processors ack by hand, so neither's lease nor the barrier may run out
+    # between the steps (with FAST's 1.5 s, a loaded machine's slow steps expired w2)
+    server = start_server(*FAST, "--lease-ttl-ms", "60000", "--barrier-timeout-ms", "60000")
     with server.client() as c:
         assert c.get("/jobmodel").json()["error"] == "no_job_model"
         w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
