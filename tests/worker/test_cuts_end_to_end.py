@@ -27,7 +27,8 @@ from tests.worker.test_end_to_end import (
 )
 from tests.worker.test_stateful_end_to_end import check_counts
 
-pytestmark = pytest.mark.slow
+# beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])

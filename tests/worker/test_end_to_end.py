@@ -161,6 +161,7 @@ def wait_output(kafka: LocalKafka, output: str, expected: int, timeout_s: float 
         time.sleep(0.5)  # a read of the output is cheap; the tests wait here dozens of times
 
 
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
 def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path
 ) -> None:
@@ -228,6 +229,7 @@ def test_scaling_while_producing_loses_nothing_and_keeps_key_order(
         assert queries_started(tmp_path, pid) == [1]
 
 
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
 def test_join_graceful_leave_and_kill_9(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path
 ) -> None:

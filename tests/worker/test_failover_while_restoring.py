@@ -33,7 +33,8 @@ from tests.worker.test_end_to_end import (
 )
 from tests.worker.test_stateful_end_to_end import check_counts
 
-pytestmark = pytest.mark.slow
+# beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 FAT_KEYS = 100  # 1 MB of state each
 
 
