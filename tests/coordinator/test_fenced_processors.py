@@ -72,3 +72,46 @@ async def _scenario(tmp_path: Path) -> None:
 
 def test_a_processor_gone_is_listed_until_a_barrier_completes(tmp_path: Path) -> None:
     asyncio.run(_scenario(tmp_path))
+
+
+def test_a_version_without_processors_hands_its_list_on() -> None:
+    """Every lease expired: the version that removed them has no participant to fence
+    them, so the next version's participants do (before anyone runs their tasks)."""
+    empty = JobModel.of(5, {FENCED: ["w1", "w2"]}, [])
+    assert fenced_processors(empty, empty, ["w0"]) == ["w1", "w2"]
+    assert fenced_processors(empty, model(6, {"w0"}), ["w0"]) == ["w1", "w2"]
+    assert fenced_processors(empty, empty, ["w1", "w0"]) == ["w2"]  # registered again
+    held = JobModel.of(5, {FENCED: ["w1"]}, [ContainerModel("w0", "h", {})])
+    assert fenced_processors(held, held, ["w0"]) == []  # w0 fenced it, acking v5
+
+
+async def _all_gone(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    upgrade(engine)
+    config = CoordinatorConfig(inputs=(SSP("kafka", "orders", 0),), debounce_s=0.05)
+    coordinator = Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"),
+                              FakeClock())
+    await coordinator.start()
+    try:
+        await coordinator.register("w1", "h-w1", None)
+        v1 = await rebalanced(coordinator)
+        await coordinator.ack(v1.version, "w1")
+        assert await coordinator.leave("w1")  # (as its lease expiring would)
+        v2 = await rebalanced(coordinator)
+        assert v2.config[FENCED] == ["w1"] and not v2.containers  # done by no one
+        assert coordinator.active is not None and coordinator.active.version == v2.version
+        await coordinator.register("w0", "h-w0", None)
+        v3 = await rebalanced(coordinator)
+        assert v3.config[FENCED] == ["w1"]  # w0 fences w1 before it runs w1's tasks
+        assert await coordinator.ack(v3.version, "w0") is BarrierState.DONE
+        await coordinator.register("w2", "h-w2", None)
+        v4 = await rebalanced(coordinator)
+        assert FENCED not in v4.config  # fenced by w0 under v3
+    finally:
+        await coordinator.stop()
+
+
+def test_a_processor_removed_by_a_version_without_processors_is_fenced_by_the_next(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(_all_gone(tmp_path))

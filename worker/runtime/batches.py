@@ -264,6 +264,13 @@ class BatchRunner:
         is retried until the coordinator takes it or refuses it: no other output is
         written before (the log then holds at most one record the coordinator lacks,
         which whoever fences this processor recovers)."""
+        if self._over.is_set():
+            # the lease is known lost: another processor may run these tasks already
+            # (its fencing of this one may have come before this write, or never, if
+            # no one was told to): the output is not committed; the next owner
+            # processes these records from the last checkpoint
+            raise LeaseLost(404, "unknown_processor", "the lease was lost before this "
+                                 "commit's transaction: not written")
         try:
             transactions.write(_rows(output), version, cps)
         except TransactionFenced as e:  # another incarnation or a participant fenced us
