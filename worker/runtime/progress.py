@@ -28,7 +28,7 @@ class _Sum:
     batches: int = 0
     records: int = 0
     tasks_read: int = 0  # the most tasks with records in one batch
-    tasks: int = 0  # the tasks running at the last batch
+    tasks: int = 0  # the most tasks running at a batch
     seconds: float = 0.0
 
 
@@ -59,19 +59,19 @@ class ProgressLog:
         s.batches += 1
         s.records += records
         s.tasks_read = max(s.tasks_read, tasks_read)
-        s.tasks = tasks
+        s.tasks = max(s.tasks, tasks)  # (a version change within: the most running)
         s.seconds += seconds
         now = self._clock()
         if self._since is None or now - self._since >= self._interval_s:
-            self.flush(tasks, nxt, short)
+            self.flush(nxt=nxt, short=short)
 
-    def flush(self, tasks: int | None = None, nxt: str = "", short: str = "") -> None:
+    def flush(self, nxt: str = "", short: str = "") -> None:
         """The line of the batches not logged yet, if any (a worker that stops says what
         it did last)."""
         s = self._sum
         if s.batches == 0:
             return
-        tasks = s.tasks if tasks is None else tasks
+        tasks = s.tasks
         lag = self._lag()
         behind = f"; {lag} records behind" if lag is not None else ""
         if s.batches == 1:
