@@ -65,15 +65,17 @@ def test_a_starting_coordinators_progress_is_its_cpu_time() -> None:
 
     proc = subprocess.Popen([sys.executable, "-c",
                              "import time\nt = time.process_time()\n"
-                             "while time.process_time() - t < 0.5: pass\ntime.sleep(60)"])
+                             "while time.process_time() - t < 0.5: pass\n"
+                             "print('idle', flush=True)\ntime.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while cpu_seconds(proc.pid) < 0.4:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "idle\n"  # its busy half is over
         busy = cpu_seconds(proc.pid)
+        assert busy >= 0.5
         time.sleep(0.5)  # now it sleeps: no progress
-        assert cpu_seconds(proc.pid) - busy < 0.1
+        assert cpu_seconds(proc.pid) - busy < 0.05
     finally:
-        stop_process(proc)
+        proc.kill()
+        proc.wait()
     assert cpu_seconds(proc.pid) == 0.0  # gone
