@@ -129,7 +129,11 @@ def run_worker(args: argparse.Namespace) -> None:
     """``coxswain worker``."""
     terminations = Terminations()
     signal.signal(signal.SIGTERM, terminations)
-    signal.signal(signal.SIGINT, terminations.interrupt)
+    # SIGINT as a shell gave it: a worker started in the background of a script ignores
+    # it (the terminal's Ctrl-C is the script's), one in the foreground stops on it
+    on_interrupt = signal.SIG_IGN if signal.getsignal(signal.SIGINT) == signal.SIG_IGN \
+        else terminations.interrupt
+    signal.signal(signal.SIGINT, on_interrupt)
     require_worker_extra("worker")
 
     from service.logs import configure
@@ -282,7 +286,7 @@ def run_worker(args: argparse.Namespace) -> None:
                           executor_python=args.executor_python, class_archive=archive)
     # PySpark's context takes SIGINT over (cancel every job, KeyboardInterrupt): a
     # Ctrl-C would cut the batch in flight and skip the handover's last commit
-    signal.signal(signal.SIGINT, terminations.interrupt)
+    signal.signal(signal.SIGINT, on_interrupt)
     # then it cancels the warm-up job, so a worker stopped while it starts exits in
     # seconds, well within a supervisor's grace period (py4j off the handler's frame)
     terminations.then(lambda: threading.Thread(target=spark.sparkContext.cancelAllJobs,
