@@ -109,9 +109,12 @@ def add_kafka_options(p: argparse.ArgumentParser) -> None:
                         "secret as ${env:NAME} or ${file:PATH}, never literally")
 
 
-def kafka_settings(args: argparse.Namespace) -> KafkaClientSettings:
+def kafka_settings(args: argparse.Namespace,
+                   refuse_unanswered: bool = False) -> KafkaClientSettings:
     """Every Kafka client's settings from the command's options, checked with librdkafka
-    (an unknown or misspelled name is told now, not at the first batch)."""
+    (an unknown or misspelled name is told now, not at the first batch). Secured brokers
+    that do not answer are warned about (a coordinator goes on), or refused with
+    ``refuse_unanswered`` (a worker: ``worker.start_checks`` would wait for them again)."""
     from common.kafka_clients import KafkaSettingsError, load, verify  # noqa: PLC0415
 
     files = list(args.kafka_config)
@@ -122,6 +125,10 @@ def kafka_settings(args: argparse.Namespace) -> KafkaClientSettings:
         settings = load(args.kafka_bootstrap, files, args.kafka_option, warn=warn,
                         default_bootstrap=DEFAULT_BOOTSTRAP)
         unanswered = verify(settings)  # refused credentials: told now, not retried
+        if unanswered is not None and refuse_unanswered:
+            raise SystemExit(f"coxswain: the Kafka broker at {settings.bootstrap} did not "
+                             f"answer ({unanswered}): check --kafka-bootstrap and "
+                             "--kafka-config, or start the broker first")
         if unanswered is not None:
             warn(f"the Kafka brokers at {settings.bootstrap} did not answer "
                  f"({unanswered}); going on, they may come up later")

@@ -171,7 +171,7 @@ def run_worker(args: argparse.Namespace) -> None:
         module, user_function = load_app(args.app, extra_files)
     except (ValueError, AppError) as e:
         raise SystemExit(f"coxswain: {e}") from None
-    kafka = kafka_settings(args)
+    kafka = kafka_settings(args, refuse_unanswered=True)  # (told once, not warned of)
     try:
         process_batch = (task_api(user_function, args.output_topic, kafka)
                          if args.api == "task" else user_function)

@@ -164,3 +164,20 @@ def test_a_secret_on_the_command_line_is_refused_or_warned_about(
                  "COXSWAIN_ADMIN_TOKEN": ADMIN_TOKEN, "PATH": "/usr/bin:/bin"})
         assert helped.returncode == 0, helped.stderr
         assert not [s for s in SECRETS if s in helped.stdout], command
+
+
+def test_a_secured_broker_that_does_not_answer_ends_a_worker_once_at_start(
+    secured_kafka: KafkaClientSettings, tmp_path: Path,
+) -> None:
+    """Secured settings are probed before anything starts: a worker refuses a broker
+    that does not answer in one line (no "going on" warning, no second wait)."""
+    config = _properties(tmp_path / "client.properties", secured_kafka)
+    worker = subprocess.run(
+        [sys.executable, "-m", "service.cli", "worker", "--app", "tests.worker.apps:echo_task",
+         "--api", "task", "--kafka-bootstrap", "127.0.0.1:9", "--kafka-config", str(config),
+         "--coordinator", "http://127.0.0.1:9"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert worker.returncode == 1, worker.stderr
+    assert "the Kafka broker at 127.0.0.1:9 did not answer" in worker.stderr, worker.stderr
+    assert "going on" not in worker.stderr and "Traceback" not in worker.stderr
+    assert worker.stderr.count("did not answer") == 1, worker.stderr
