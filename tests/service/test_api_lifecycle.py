@@ -124,13 +124,31 @@ def test_long_poll_wakes_within_100ms_of_a_publication(start_server: StartServer
         assert woke["at"] - published < 0.1, (woke["at"] - sent, published - sent)
 
 
+def _both_in_a_version(c: httpx.Client, w1: SimWorker, w2: SimWorker) -> int:
+    """The first version with both processors. Two registrations sent one after another
+    fall into one debounce window only when the machine keeps up (CI once built version
+    1 with w1 alone); both heartbeat while they wait, so that neither 1.5 s lease runs
+    out before the test means it to."""
+    since = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert w1.heartbeat().status_code == 200
+        assert w2.heartbeat().status_code == 200
+        r = c.get("/jobmodel", params={"since": since, "waitMs": 300})
+        if r.status_code == 200:
+            if sorted(r.json()["containers"]) == ["w1", "w2"]:
+                return int(r.json()["version"])
+            since = r.json()["version"]
+    raise AssertionError("no version had both processors")
+
+
 def test_lease_expiry_removes_the_processor_and_rebalances(start_server: StartServer) -> None:
     server = start_server(*FAST)
     with server.client() as c:
         w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
         w1.register()
         w2.register()
-        version = wait_for_version(c, 0)["version"]
+        version = _both_in_a_version(c, w1, w2)
         ack_all([w1, w2], version)
         deadline = time.monotonic() + 6
         model = None
@@ -156,7 +174,7 @@ def test_barrier_timeout_regenerates_without_the_silent_processor(
         w1, w2 = SimWorker(c, "w1", "host-a"), SimWorker(c, "w2", "host-b")
         w1.register()
         w2.register()
-        version = wait_for_version(c, 0)["version"]
+        version = wait_for_members(c, ["w1", "w2"])["version"]
         assert w1.ack(version).json()["barrier"] == "pending"  # w2 stays silent
         model = wait_for_version(c, version, wait_ms=5000)
         assert model["version"] > version
