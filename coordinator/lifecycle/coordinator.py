@@ -30,7 +30,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
-from coordinator.ack_group import AckGroup
 from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import Clock
@@ -38,6 +37,7 @@ from coordinator.errors import Fenced, NotLeader
 from coordinator.fenced import FENCED, fenced_processors, without_fenced
 from coordinator.job_models import VERSIONS, JobModelRepository
 from coordinator.leader import LeaderRole
+from coordinator.lifecycle.barrier_keeper import BarrierKeeper
 from coordinator.lifecycle.config import (
     CoordinatorConfig,
     LifecycleObserver,
@@ -45,22 +45,18 @@ from coordinator.lifecycle.config import (
     RebalanceRecord,
 )
 from coordinator.lifecycle.fencing import CommitFence
-from coordinator.lifecycle.handing_over import handing_over
 from coordinator.lifecycle.inputs import JobInputs
 from coordinator.lifecycle.job_key_hash import choose_key_hash
 from coordinator.lifecycle.liveness import Liveness
 from coordinator.lifecycle.probing import Probing
-from coordinator.lifecycle.waiters import ChangeSignal
+from coordinator.lifecycle.versions import Versions, later
 from coordinator.locality import (
     CONFIG,
-    TASK_HOSTS,
     DesiredConfig,
     LocalityWriter,
     TaskLocality,
-    reported_locations,
 )
 from coordinator.membership import Membership, ProcessorLease
-from coordinator.model_cache import ModelCache
 from coordinator.scheduler import Scheduler
 from coordinator.store.metadata import MetadataStore
 from grouping.generation import GeneratedJobModel
@@ -75,9 +71,6 @@ from grouping.shards import Shard
 log = logging.getLogger("coxswain.coordinator")
 # why a new leader regenerates at once: it found no version, or one for other processors
 LEAD_START_REASONS = ("start", "leader_elected")
-#: seconds after a barrier ends before the leader indexes the model for the next change,
-#: unless another version came meanwhile (changes in a row need not wait for it)
-INDEX_WHEN_IDLE_S = 2.0
 T = TypeVar("T")
 
 
@@ -110,22 +103,15 @@ class Coordinator:
         self._clock = clock
         self._observer = observer or NoObserver()
         self._models = JobModelRepository(store, config.keep_job_models)
+        self._versions = Versions(self._models, clock)
         self._barriers = BarrierRepository(store)
-        self._acks = AckGroup(self._write_acks)  # acks written together (group commit)
         self._locality = TaskLocality(store)
         self._locality_writes = LocalityWriter(self._locality)
         self._desired = DesiredConfig(store)
         self._scheduler: Scheduler | None = None
         self._lock = asyncio.Lock()  # guards state changes; held only briefly
         self._generation = asyncio.Lock()  # one job model generation at a time
-        self._signal = ChangeSignal(clock)  # parked long polls
-        self._latest: JobModel | None = None
-        self._pointer: int | None = None
-        self._barrier: Barrier | None = None
-        self._active: JobModel | None = None
-        self._model_cache = ModelCache()
         self._generator = JobModelGenerator()  # keeps the last models' indexes
-        self._known_locality: dict[str, str] = {}
         self._pending_reasons: set[str] = set()
         self.rebalances: deque[RebalanceRecord] = deque(maxlen=20)  # newest last
         self._inputs = JobInputs(config.inputs, config.monitored_streams,
@@ -139,6 +125,10 @@ class Coordinator:
         self.liveness = Liveness(config, self.membership, leader, clock, self._observer,
                                  self._lock, self._trigger,
                                  self.latest_task_names, self._probing.probe_if_warm)
+        self._keeper = BarrierKeeper(
+            config, self._versions, self._models, self._barriers, self._lock, leader, clock,
+            self._observer, self.membership, self.liveness, self._locality_writes,
+            self._fence, self._schedule, self._cancel, self.rebalance, self._index_for_next)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         # set once this replica, leading, has caught up with the store (and regenerated if
@@ -176,7 +166,7 @@ class Coordinator:
             await self._scheduler.close()
         await self._locality_writes.flush()
         await self.liveness.stop()
-        self._notify()
+        self._versions.notify()
 
     def leadership_changed(self, leading: bool) -> None:
         """Called (from any thread) when this replica gains or loses leadership."""
@@ -198,13 +188,13 @@ class Coordinator:
     async def _lead_start(self) -> None:
         await self._refresh()
         await self._recover_barrier()
-        barrier = self._barrier
+        barrier = self._versions.barrier
         if barrier is not None and barrier.state is BarrierState.PENDING:
             left = barrier.started_at + self.config.barrier_timeout_s - self._clock.now()
             self._schedule("barrier-timeout", max(0.0, left),
-                           lambda: self._barrier_timeout(barrier.version))
-        if self._needs_regeneration(self._latest):
-            self._trigger("start" if self._latest is None else "leader_elected",
+                           lambda: self._keeper.timeout(barrier.version))
+        if self._needs_regeneration(self._versions.latest):
+            self._trigger("start" if self._versions.latest is None else "leader_elected",
                           debounce=False)
         else:
             self._lead_started.set()
@@ -219,8 +209,8 @@ class Coordinator:
         wrote it after the pointer, and crashed in between) would never complete nor time
         out: give it a pending barrier from now, so that acks and the timeout work."""
         async with self._lock:
-            latest = self._latest
-            if latest is None or self._barrier is not None:
+            latest = self._versions.latest
+            if latest is None or self._versions.barrier is not None:
                 return
             stored = await self._io(lambda: self._barriers.load(latest.version))
             if stored is None:
@@ -232,10 +222,10 @@ class Coordinator:
                 await self._io(lambda: self._barriers.save(stored))
                 await self._io(lambda: self._store.watch(
                     BARRIERS, f"{latest.version:020d}", self._barrier_watch(latest.version)))
-            self._barrier = stored
-            if stored.state is BarrierState.DONE and (
-                    self._active is None or self._active.version < latest.version):
-                await self._barrier_done(stored)
+            self._versions.barrier = stored
+            if stored.state is BarrierState.DONE and self._versions.active_before(
+                    latest.version):
+                await self._keeper.done(stored)
 
     def _give_up_lead(self) -> None:
         log.warning("no longer the leader: timers stopped", extra={"reason": "leader_lost"})
@@ -259,54 +249,55 @@ class Coordinator:
         # The barrier and the active version are read before the lock (store reads take
         # seconds while ZooKeeper is busy, and heartbeats' registrations and acks wait on
         # the lock); what the ack path applied meanwhile is never replaced by an older read.
-        known = self._latest
+        known = self._versions.latest
         read: tuple[int, Barrier | None, int | None] | None = None
         if known is not None and (latest is None or latest[0] <= known.version):
             version = known.version
             read = (version, await self._io(lambda: self._barriers.load(version)),
                     await self._io(self._models.active_version))
         async with self._lock:
-            current = self._latest
+            current = self._versions.latest
             if latest is not None and (current is None or latest[0] > current.version):
                 version, pointer = latest
                 model = await self._io(lambda: self._load_prepared(version))
                 if model is not None:
-                    self._latest, self._pointer = model, pointer
+                    self._versions.latest, self._versions.pointer = model, pointer
                     self._inputs.adopt(model)
-                    self._model_cache.put(model)
+                    self._versions.keep(model)
                     await self._io(lambda: self._store.watch(
                         BARRIERS, f"{version:020d}", self._barrier_watch(version)))
-            model = self._latest
+            model = self._versions.latest
             if model is not None:
                 if read is not None and read[0] == model.version:
                     _, barrier, active = read
                 else:
                     barrier = await self._io(lambda: self._barriers.load(model.version))
                     active = await self._io(self._models.active_version)
-                if barrier is not None and _later(barrier, self._barrier):
-                    self._barrier = barrier
-                if active is not None and (self._active is None
-                                           or active > self._active.version):
+                if barrier is not None and later(barrier, self._versions.barrier):
+                    self._versions.barrier = barrier
+                if active is not None and (self._versions.active is None
+                                           or active > self._versions.active.version):
                     found = await self.model(active)
                     if found is not None:
-                        self._active = found
-                if (self._leader.is_leader() and self._barrier is not None
-                        and self._barrier.version == model.version
-                        and self._barrier.state is BarrierState.DONE
-                        and (self._active is None or self._active.version < model.version)):
-                    await self._barrier_done(self._barrier)
-                elif (self._barrier is not None and self._barrier.state is BarrierState.DONE
-                      and self._barrier.version == model.version):
-                    self._active = model
-            self._notify()
-        if self._leader.is_leader() and self._latest is not None \
-                and (self._latest.elasticity_factor != self.elasticity_factor()
-                     or key_hash_of(self._latest.config) != self.key_hash()):
+                        self._versions.active = found
+                if (self._leader.is_leader() and self._versions.barrier is not None
+                        and self._versions.barrier.version == model.version
+                        and self._versions.barrier.state is BarrierState.DONE
+                        and self._versions.active_before(model.version)):
+                    await self._keeper.done(self._versions.barrier)
+                elif (self._versions.barrier is not None
+                      and self._versions.barrier.state is BarrierState.DONE
+                      and self._versions.barrier.version == model.version):
+                    self._versions.active = model
+            self._versions.notify()
+        if self._leader.is_leader() and self._versions.latest is not None \
+                and (self._versions.latest.elasticity_factor != self.elasticity_factor()
+                     or key_hash_of(self._versions.latest.config) != self.key_hash()):
             self._trigger("scale", debounce=False)
 
     def _barrier_watch(self, version: int) -> Callable[[], bool | None]:
         def on_change() -> bool | None:
-            latest = self._latest
+            latest = self._versions.latest
             if self._stopping or (latest is not None and latest.version > version):
                 return False  # superseded: stop watching this barrier
             return self._on_store_change()
@@ -321,7 +312,7 @@ class Coordinator:
     def _load(self) -> None:
         self.membership.load()
         self._desired_cache = self._desired.read()
-        self._known_locality = self._locality.read()
+        self._keeper.known_locality = self._locality.read()
         latest = self._models.latest()
         model = self._models.load(latest[0]) if latest is not None else None
         # before anything is served: a refused change stops the start, nothing written
@@ -338,30 +329,31 @@ class Coordinator:
             self._desired_cache = self._desired.update(**{KEY_HASH: self._key_hash.value})
         if latest is None:
             return
-        version, self._pointer = latest
-        self._latest = model
-        self._inputs.adopt(self._latest)
-        self._barrier = self._barriers.load(version)
+        version, self._versions.pointer = latest
+        self._versions.latest = model
+        self._inputs.adopt(self._versions.latest)
+        self._versions.barrier = self._barriers.load(version)
         active = self._models.active_version()
         if active is not None:
-            self._active = self._latest if active == version else self._models.load(active)
+            self._versions.active = (self._versions.latest if active == version
+                                     else self._models.load(active))
 
     # ------------------------------------------------------------------ reads
 
     @property
     def latest(self) -> JobModel | None:
         """The newest published job model."""
-        return self._latest
+        return self._versions.latest
 
     @property
     def barrier(self) -> Barrier | None:
         """The barrier of the newest published version."""
-        return self._barrier
+        return self._versions.barrier
 
     @property
     def active(self) -> JobModel | None:
         """The newest job model whose barrier completed: the one being processed."""
-        return self._active
+        return self._versions.active
 
     @property
     def leader(self) -> LeaderRole:
@@ -403,24 +395,11 @@ class Coordinator:
     ) -> bool:
         """Wait until a version newer than ``since`` exists (or, when ``barrier`` is given,
         until version ``since``'s barrier left that state). False on timeout."""
-        return await self._signal.wait(lambda: self._changed_since(since, barrier), timeout_s)
+        return await self._versions.wait_for_change(since, barrier, timeout_s)
 
-    def _changed_since(self, since: int | None, barrier: BarrierState | None) -> bool:
-        latest = self._latest
-        if latest is None:
-            return False
-        if since is None or latest.version > since:
-            return True
-        current = self._barrier
-        return (barrier is not None and latest.version == since and current is not None
-                and current.state is not barrier)
-
-    def _notify(self) -> None:
-        """Wake the long polls if what they wait for changed: the latest version or its
-        barrier's state."""
-        latest, barrier = self._latest, self._barrier
-        self._signal.notify((None if latest is None else latest.version,
-                             None if barrier is None else (barrier.version, barrier.state)))
+    async def ack(self, version: int, processor_id: str) -> BarrierState:
+        """A processor acknowledges ``version`` (see :meth:`BarrierKeeper.ack`)."""
+        return await self._keeper.ack(version, processor_id)
 
     # ------------------------------------------------------------------ membership
 
@@ -454,7 +433,7 @@ class Coordinator:
         """The active task names of the latest job model; before the first, the names
         the job's inputs, grouper and factor imply (what the first generation makes), so
         that lags reported before it count in it (KIP-441's first assignment)."""
-        model = self._latest
+        model = self._versions.latest
         if model is None:
             return self._implied_task_names()
         return model.memo("task-names", lambda m: frozenset(
@@ -496,11 +475,11 @@ class Coordinator:
         if self._leader.is_leader():
             await self.rebalance("scale")
         else:
-            before = self._latest.version if self._latest is not None else None
-            latest = self._latest
+            before = self._versions.latest.version if self._versions.latest is not None else None
+            latest = self._versions.latest
             if latest is None or latest.elasticity_factor != elasticity_factor:
                 await self.wait_for_change(before, None, wait_s)
-        return self._latest.version if self._latest is not None else 0
+        return self._versions.latest.version if self._versions.latest is not None else 0
 
     async def update_inputs(self, inputs: Iterable[SystemStreamPartition]) -> None:
         """A changed input partition set (e.g. partitions added) generates a new version."""
@@ -549,10 +528,10 @@ class Coordinator:
     async def _generate_and_publish(self, reason: str) -> JobModel | None:
         async with self._lock:
             processors = self.membership.locations()
-            previous = self._latest
+            previous = self._versions.latest
             factor = self.elasticity_factor()
             lags = self.membership.task_lags()
-            locality = self._known_locality
+            locality = self._keeper.known_locality
             inputs = self._inputs.partitions
             extra = self._inputs.job_config()
             fenced = fenced_processors(self.active, previous, processors)
@@ -581,7 +560,7 @@ class Coordinator:
 
     async def _index_for_next(self, model: JobModel) -> None:
         async with self._generation:  # after any generation under way, never beside one
-            if model is not self._latest:
+            if model is not self._versions.latest:
                 return  # superseded: the next generation starts from a newer model
 
             def index() -> None:
@@ -613,17 +592,18 @@ class Coordinator:
         # the barrier exists before the pointer makes the version visible: an ack can never
         # find a published version without one
         published = await self._io(lambda: self._models.publish(
-            model, self._pointer, fence, before_pointer=lambda: self._barriers.save(barrier)))
+            model, self._versions.pointer, fence,
+            before_pointer=lambda: self._barriers.save(barrier)))
         if not published:
             log.error("version %d (%s) refused by the store: another leader published first "
                       "or this replica's epoch %d is stale; reloading", version, reason,
                       self._leader.epoch, extra={"reason": reason, "version": version})
             await self._io(self._load)
-            self._notify()
+            self._versions.notify()
             raise Fenced(f"job model version {version} was fenced by a newer publication")
-        self._pointer = (self._pointer or 0) + 1
-        self._latest, self._barrier = model, barrier
-        self._model_cache.put(model)
+        self._versions.pointer = (self._versions.pointer or 0) + 1
+        self._versions.latest, self._versions.barrier = model, barrier
+        self._versions.keep(model)
         await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
                                                  self._barrier_watch(version)))
         self.rebalances.append(RebalanceRecord(version, reason, now, seconds))
@@ -633,185 +613,18 @@ class Coordinator:
                  version, reason, tasks, len(model.containers), seconds,
                  extra={"reason": reason, "version": version})
         if barrier.state is BarrierState.DONE:
-            await self._barrier_done(barrier)
+            await self._keeper.done(barrier)
         else:
             self._schedule("barrier-timeout", self.config.barrier_timeout_s,
-                           lambda: self._barrier_timeout(version))
-        self._notify()
+                           lambda: self._keeper.timeout(version))
+        self._versions.notify()
         return model
-
-    # ------------------------------------------------------------------ barrier
-
-    async def ack(self, version: int, processor_id: str) -> BarrierState:
-        """A processor acknowledges ``version`` (it stopped and committed what it loses).
-        Any replica takes acks: the barrier is updated in the store by compare-and-set,
-        with the acks that arrived meanwhile (:class:`AckGroup`). An ack that finds the
-        barrier done answers once the new task localities are stored."""
-        updated = await self._acks.ack(version, processor_id)
-        state = await self._take_ack(version, updated)
-        if state is BarrierState.DONE:
-            if self._active is None or self._active.version < version:
-                # a refresh saw the barrier done first and is recording the version (under
-                # the lock): its localities are queued only once that is over
-                async with self._lock:
-                    pass
-            await self._locality_writes.flush()
-        return state
-
-    async def _take_ack(self, version: int, updated: Barrier) -> BarrierState:
-        # Most acks only add to a pending barrier's acked set: applied at once, without
-        # the lock (nothing is awaited in between, so no state change interleaves). A
-        # thousand acks per rebalance queued on the lock, one event-loop iteration per
-        # hand-over, and registrations and leaves waited behind them. The ack that
-        # completes the barrier takes the lock: it records the active version.
-        state = self._apply_ack(version, updated)
-        if state is not None:
-            return state
-        async with self._lock:
-            state = self._apply_ack(version, updated)  # again: it may have changed since
-            if state is not None:
-                return state
-            changed = updated != self._barrier
-            self._barrier = updated
-            if self._leader.is_leader():
-                await self._barrier_done(updated)
-            else:
-                self._active = self._latest  # the leader records it (it watches the barrier)
-            if changed:
-                self._notify()
-            return updated.state
-
-    def _apply_ack(self, version: int, updated: Barrier) -> BarrierState | None:
-        """Take in the barrier as an ack stored it, when that records nothing; None when it
-        completes the barrier of the latest version (for :meth:`_take_ack` to record)."""
-        latest = self._latest
-        if latest is None or latest.version != version:
-            return updated.state  # superseded (or not seen here yet)
-        current = self._barrier
-        if current is not None and current.version == version and (
-                current.state is not BarrierState.PENDING
-                or len(current.acked) > len(updated.acked)):
-            return current.state  # a later write of this barrier was seen already
-        if updated.state is BarrierState.DONE and (
-                self._active is None or self._active.version < version):
-            return None
-        if updated != current:
-            self._barrier = updated
-            self._notify()
-        return updated.state
-
-    async def _write_acks(self, version: int, processor_ids: list[str]
-                          ) -> tuple[Barrier | None, frozenset[str]]:
-        """Store the acks of ``processor_ids`` in ``version``'s barrier (those that are
-        its participants); returns the stored barrier and the others."""
-        now = self._clock.now()
-        ids = frozenset(processor_ids)
-        strangers: frozenset[str] = frozenset()
-
-        def acked(b: Barrier) -> Barrier:
-            nonlocal strangers
-            strangers = ids - b.participants
-            return b.ack_many(ids - strangers, now)
-
-        updated = await self._io(lambda: self._barriers.update(version, acked))
-        return updated, strangers
-
-    async def _barrier_done(self, barrier: Barrier) -> None:
-        model = self._latest
-        assert model is not None and model.version == barrier.version
-        if self._scheduler is not None:
-            self._scheduler.cancel("barrier-timeout")
-        known = self._known_locality
-        # a task whose owner reports the host its state is on (its executor's, on a
-        # Spark cluster) is located there rather than at its processor's location
-        stats = self.membership.stats()
-        reporting = {pid: [t.name for t in c.active_tasks]
-                     for pid, c in model.containers.items() if TASK_HOSTS in stats.get(pid, {})}
-
-        # outcomes older than any model still kept
-        self._fence.forget_before(barrier.version - 2 * self.config.keep_job_models)
-
-        def persist() -> tuple[dict[str, str], dict[str, str]]:
-            self._models.set_active(barrier.version)
-            self._barriers.prune(barrier.version - self.config.keep_job_models)
-            # here too, not on the event loop: 200k tasks after a factor change
-            locality = model.task_locations()
-            locality.update(reported_locations(reporting, stats))
-            return locality, {**known, **locality}
-
-        locality, self._known_locality = await self._io(persist)
-        # localities are host-affinity hints: written in the background (a crash before
-        # they are stored costs the tasks' affinity after a restart, nothing else); the
-        # ack that completes the barrier answers once they are stored
-        self._locality_writes.write(locality, known)
-        self._active = model
-        # the next full generation reads this model's lineage index: built once the leader
-        # has been idle a while, not at the next change's trigger (nor beside the fetches
-        # and acks of this version, or of a next one that follows at once)
-        self._schedule("index-model", INDEX_WHEN_IDLE_S, lambda: self._index_for_next(model))
-        waited = (barrier.ended_at or barrier.started_at) - barrier.started_at
-        self._observer.barrier_ended(barrier.state.value, waited)
-        log.info("barrier of version %d done", barrier.version,
-                 extra={"version": barrier.version, "reason": "barrier_done"})
-
-    async def _barrier_timeout(self, version: int) -> None:
-        if not self._leader.is_leader():
-            return
-        async with self._lock:
-            barrier = self._barrier
-            if barrier is None or barrier.version != version:
-                return
-            now = self._clock.now()
-            if barrier.state is BarrierState.PENDING and self._extend(barrier, now):
-                return
-            timed_out = await self._io(
-                lambda: self._barriers.update(version, lambda b: b.time_out(now)))
-            if timed_out is None or timed_out.state is not BarrierState.TIMED_OUT:
-                return  # completed meanwhile through another replica
-            self._barrier = timed_out
-            silent = sorted(timed_out.silent)
-            await self.liveness.drop(silent)
-            self._observer.barrier_ended(timed_out.state.value, self.config.barrier_timeout_s)
-            log.warning("barrier of version %d timed out; dropping silent processors: %s",
-                        version, ", ".join(silent),
-                        extra={"version": version, "reason": "barrier_timeout"})
-            self._notify()
-        await self.rebalance("barrier_timeout")
-
-    def _extend(self, barrier: Barrier, now: float) -> bool:
-        """Whether the pending ``barrier`` waits on (its next check scheduled): some
-        silent participant heartbeats and reports handing over, and the barrier's
-        maximum has not passed."""
-        left = barrier.started_at + self.config.barrier_max_s - now
-        if left <= 0:
-            return False
-        window = min(self.config.lease_ttl_s, 3 * self.config.heartbeat_interval_s)
-        alive = handing_over(barrier, self.membership.live(), now,
-                             self.config.lease_ttl_s, window)
-        if not alive:
-            return False
-        wait = min(self.config.barrier_timeout_s, left)
-        log.warning("barrier of version %d extended %.0fs (at most %.0fs more): %s still "
-                    "handing over", barrier.version, wait, left, ", ".join(
-                        f"{pid} ({r.get('tasks', '?')} tasks)" for pid, r in alive.items()),
-                    extra={"version": barrier.version, "reason": "barrier_extended"})
-        self._schedule("barrier-timeout", wait,
-                       lambda: self._barrier_timeout(barrier.version))
-        return True
 
     # ------------------------------------------------------------------ fencing
 
     async def model(self, version: int) -> JobModel | None:
         """The job model of ``version`` (cached), or None."""
-        if self._latest is not None and self._latest.version == version:
-            return self._latest
-        cached = self._model_cache.get(version)
-        if cached is not None:
-            return cached
-        found = await self._io(lambda: self._models.load(version))
-        if found is not None:
-            self._model_cache.put(found)
-        return found
+        return await self._versions.model(version)
 
     async def check_commit(
         self, processor_id: str, version: int, task_names: Sequence[str]
@@ -823,12 +636,12 @@ class Coordinator:
         if not self._leader.serves_commits():
             raise NotLeader("this coordinator does not hold the store's leadership lease "
                             "now; retry")
-        active = self._active
+        active = self._versions.active
         if active is None or version > active.version:
             # Another replica may have completed the barrier a moment ago (its watch
             # has not reached us yet): look at the store before refusing.
             await self._refresh()
-            active = self._active
+            active = self._versions.active
         if active is None:
             raise Fenced("no job model is active yet: nothing may be committed")
         return await self._fence.check(active, processor_id, version, task_names)
@@ -846,12 +659,3 @@ class Coordinator:
     async def _io(self, fn: Callable[[], T]) -> T:
         return await asyncio.to_thread(fn)
 
-
-def _later(read: Barrier, current: Barrier | None) -> bool:
-    """Whether a barrier read from the store is later than the one this replica holds
-    (another version, or the same one further along: ended, or more acks)."""
-    if current is None or read.version != current.version:
-        return True
-    if current.state is not BarrierState.PENDING:
-        return False
-    return read.state is not BarrierState.PENDING or len(read.acked) > len(current.acked)

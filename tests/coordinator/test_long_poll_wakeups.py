@@ -34,14 +34,15 @@ async def _scenario(tmp_path: Path) -> tuple[int, int, list[bool]]:
         assert set(model.containers) == set(pids)
         version = model.version
         wakeups = 0
-        original = coordinator._changed_since
+        versions = coordinator._versions
+        original = versions._changed_since
 
         def counted(since: int | None, barrier: BarrierState | None) -> bool:
             nonlocal wakeups
             wakeups += 1
             return original(since, barrier)
 
-        coordinator._changed_since = counted  # type: ignore[method-assign]
+        versions._changed_since = counted  # type: ignore[method-assign]
         # ten processors' polls for the next version, and one for the barrier's end
         polls = [asyncio.create_task(coordinator.wait_for_change(version, None, 5.0))
                  for _ in range(10)]
