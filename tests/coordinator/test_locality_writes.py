@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ def _coordinator(store: SqlMetadataStore, partitions: int) -> Coordinator:
     return Coordinator(config, store, EmbeddedLeader("r1"), SystemClock())
 
 
-async def _barrier_scenario(tmp_path: Path) -> tuple[float, bool, dict[str, str]]:
+async def _barrier_scenario(tmp_path: Path) -> tuple[bool, dict[str, str]]:
     slow = store(tmp_path)
     coordinator = _coordinator(slow, 4)
     await coordinator.start()
@@ -79,22 +78,21 @@ async def _barrier_scenario(tmp_path: Path) -> tuple[float, bool, dict[str, str]
         await asyncio.sleep(0.3)  # the barrier is done; its localities are being written
         assert coordinator.barrier is not None
         assert coordinator.barrier.state is BarrierState.DONE
-        started = time.monotonic()
-        await coordinator.register("p2", "h2", None)  # not held by the write
-        registered_s = time.monotonic() - started
+        # not held by the write: it returns while the write is held (until released,
+        # for 30 s), whatever the machine's load
+        await asyncio.wait_for(coordinator.register("p2", "h2", None), 15)
         answered_early = ack.done()
         slow.release.set()
         state = await asyncio.wait_for(ack, 10)
         assert state is BarrierState.DONE
-        return registered_s, answered_early, TaskLocality(slow).read()
+        return answered_early, TaskLocality(slow).read()
     finally:
         slow.release.set()
         await coordinator.stop()
 
 
 def test_a_slow_locality_write_holds_nothing_but_the_completing_ack(tmp_path: Path) -> None:
-    registered_s, answered_early, stored = asyncio.run(_barrier_scenario(tmp_path))
-    assert registered_s < 0.25
+    answered_early, stored = asyncio.run(_barrier_scenario(tmp_path))
     assert not answered_early  # its answer waited for the localities...
     assert stored == {f"Partition {p}": "h1" for p in range(4)}  # ...which are stored
 

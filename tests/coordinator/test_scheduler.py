@@ -11,12 +11,18 @@ def test_rescheduling_a_name_debounces_to_the_last_trigger() -> None:
     async def scenario() -> list[str]:
         fired: list[str] = []
         s = Scheduler()
+        # each trigger comes well within the one before's delay (a loaded machine's
+        # 10 ms sleeps overran a 50 ms delay): only the last one runs
         for i in range(5):
             async def act(i: int = i) -> None:
                 fired.append(f"run{i}")
-            s.schedule("rebalance", 0.05, act)
+            s.schedule("rebalance", 1.0, act)
+            await asyncio.sleep(0)
+        for _ in range(300):
+            if fired:
+                break
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.05)  # (a second run would come at once after the first)
         await s.close()
         return fired
 
