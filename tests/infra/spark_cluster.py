@@ -7,6 +7,7 @@ the executors it started."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -20,6 +21,27 @@ import pyspark
 from service.local.ports import free_ports, stop_process_group
 
 SPARK_HOME = Path(pyspark.__file__).parent
+#: the class of :func:`slow_start_plugin`'s jar, for ``spark.plugins``
+SLOW_START_PLUGIN = "coxswain.test.SlowExecutorStart"
+#: a Spark worker started with this variable (seconds) launches executors that sleep that
+#: long between their block manager's registration and taking tasks
+START_DELAY_ENV = "COXSWAIN_TEST_EXECUTOR_START_DELAY_S"
+
+
+def slow_start_plugin(folder: Path) -> Path:
+    """The jar of ``tests/infra/java/SlowExecutorStart.java``, compiled into ``folder``
+    against PySpark's jars (a JDK's javac and jar)."""
+    source = Path(__file__).parent / "java" / "SlowExecutorStart.java"
+    classes = folder / "classes"
+    classes.mkdir(parents=True, exist_ok=True)
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    assert javac and jar, "a JDK's javac and jar are needed"
+    subprocess.run([javac, "-nowarn", "-cp", str(SPARK_HOME / "jars" / "*"), "-d", str(classes),
+                    str(source)], check=True, capture_output=True)
+    built = folder / "slow-executor-start.jar"
+    subprocess.run([jar, "cf", str(built), "-C", str(classes), "."], check=True,
+                   capture_output=True)
+    return built
 
 
 @dataclass
@@ -52,8 +74,10 @@ class SparkCluster:
             self.add_worker(worker_ui[i], timeout_s)
         return self
 
-    def add_worker(self, ui_port: int | None = None, timeout_s: float = 120) -> int:
-        """One more Spark worker; its index."""
+    def add_worker(self, ui_port: int | None = None, timeout_s: float = 120,
+                   env: dict[str, str] | None = None) -> int:
+        """One more Spark worker (``env`` added to its environment, and so to its
+        executors'); its index."""
         index = len(self.procs) - 1
         alive = self.alive_workers(self.state())
         work = self.work_dir(index)
@@ -61,7 +85,7 @@ class SparkCluster:
         self.procs.append(self._daemon(f"worker-{index}", [
             "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
             "--cores", str(self.cores), "--memory", self.memory,
-            "--webui-port", str(ui_port or free_ports(1)[0]), "--work-dir", str(work)]))
+            "--webui-port", str(ui_port or free_ports(1)[0]), "--work-dir", str(work)], env))
         self._wait(lambda state: self.alive_workers(state) > alive,
                    f"Spark worker {index}", timeout_s)
         return index
@@ -93,13 +117,15 @@ class SparkCluster:
             stop_process_group(proc, grace_s=20)
         self.procs.clear()
 
-    def _daemon(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _daemon(self, name: str, args: list[str], extra: dict[str, str] | None = None
+                ) -> subprocess.Popen[bytes]:
         log = (self.root / f"{name}.log").open("ab")
         # no PYTHONPATH: executors see what a host of their own would, and what ships
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
                    SPARK_DAEMON_MEMORY="256m", SPARK_LOG_DIR=str(self.root),
                    SPARK_NO_DAEMONIZE="1")
+        env.update(extra or {})
         return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args],
                                 stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)

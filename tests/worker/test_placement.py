@@ -5,7 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.cluster.placement import assign_slots, slot_ranges, slot_sql
+from worker.cluster.placement import (
+    assign_slots,
+    slot_ranges,
+    slot_sql,
+    uncovered_to_retry,
+)
 from worker.sources.kafka import KafkaRange
 
 names = st.lists(st.sampled_from([f"t{i}" for i in range(40)]), unique=True, max_size=40)
@@ -68,3 +73,34 @@ def test_slot_sql_names_each_tasks_slot() -> None:
     assert slot_sql({}) == "-1"
     assert slot_sql({"Partition 0_1_2": 3, "it's": 0}) == (
         "CASE taskName WHEN 'Partition 0_1_2' THEN 3 WHEN 'it\\'s' THEN 0 ELSE -1 END")
+
+
+executors_ = st.frozensets(st.sampled_from([f"e{i}:1" for i in range(6)]))
+tried = st.dictionaries(st.sampled_from([f"e{i}:1" for i in range(6)]),
+                        st.tuples(st.integers(0, 6), st.floats(0, 100)))
+
+
+@given(executors_, executors_, tried, st.floats(0, 200))
+def test_an_executor_without_a_slot_is_placed_again_a_bounded_number_of_times(
+        now: frozenset[str], covered: frozenset[str], tries: dict[str, tuple[int, float]],
+        at: float) -> None:
+    retry = uncovered_to_retry(now, covered, tries, at, limit=5)
+    assert retry <= now - covered  # only live executors that hold no slot
+    for e in now - covered:
+        count, last = tries.get(e, (0, 0.0))
+        # never tried: at once; then with a doubling pause, and never past the bound
+        assert (e in retry) == (count == 0 or (count < 5 and at - last >= 2 ** (count - 1)))
+
+
+def test_a_new_executor_is_retried_with_backoff_until_its_tries_run_out() -> None:
+    tries: dict[str, tuple[int, float]] = {}
+    now, covered = frozenset({"driver:1", "a:1", "b:1"}), frozenset({"driver:1", "a:1"})
+    made = []
+    at = 0.0
+    while at < 100:
+        if uncovered_to_retry(now, covered, tries, at, limit=5):
+            made.append(at)  # each placement RDD leaves b without a slot
+            tries["b:1"] = (tries.get("b:1", (0, 0.0))[0] + 1, at)
+        at += 0.5  # a batch every half second
+    assert made == [0.0, 1.0, 3.0, 7.0, 15.0]
+    assert not uncovered_to_retry(now, covered | {"b:1"}, {}, at)  # covered: nothing to do

@@ -16,7 +16,11 @@ executor"). The driver keeps task -> slot, sticky and balanced
   there once, then stay.
 - An executor added: cached partitions never move by themselves, so a new placement RDD
   (over every executor's cores) is made; tasks then land where its partitions are
-  cached, and those that moved restore once.
+  cached, and those that moved restore once. An executor counts as covered only once it
+  holds a slot: one whose block manager registered before it took tasks (it was still
+  fetching the application's jars) saw the caching job run on the others, and would stay
+  idle for good; the next batches make the placement RDD again for it, a few times at
+  most (:data:`TRIES_PER_EXECUTOR`).
 - What it costs: a slot reads every Kafka partition its tasks have buckets of, so two
   slots holding buckets of one partition both read it (reading is cheap next to a
   restore).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +53,14 @@ R = TypeVar("R")
 SLOTS_PER_CORE = 1
 #: the column naming the slot that read a row
 SLOT = "_slot"
+#: placement RDDs made for an executor that then held no slot of them, before it is left
+#: idle (each may move tasks, which then restore: a bound, not a loop); the n-th comes
+#: 2^(n-2) s after the one before it at the earliest, so the tries span some 15 s of an
+#: executor's start (its jars fetched from the driver on a busy host)
+TRIES_PER_EXECUTOR = 5
+#: seconds each partition of the caching job holds its core: a single free core cannot
+#: take every partition one after the other before the other executors' offers arrive
+HOLD_S = 0.3
 
 
 def assign_slots(previous: Mapping[str, int], tasks: Sequence[str], slots: int
@@ -110,6 +123,40 @@ def executors(spark: SparkSession) -> frozenset[str]:
     return frozenset(f"{i.host()}:{i.port()}" for i in infos)
 
 
+def holders(spark: SparkSession, rdd_id: int, partitions: int) -> frozenset[str]:
+    """host:port of the block managers holding a cached partition of RDD ``rdd_id``,
+    and the driver's (which never runs a slot on a cluster, and is every slot's
+    executor on a local master)."""
+    jvm: Any = spark.sparkContext._jvm
+    env: Any = spark.sparkContext._jsc.sc().env()
+    master = env.blockManager().master()
+    own = env.blockManager().blockManagerId()
+    found = {f"{own.host()}:{own.port()}"}
+    for i in range(partitions):
+        locations = master.getLocations(jvm.org.apache.spark.storage.RDDBlockId(rdd_id, i))
+        for j in range(locations.size()):
+            where = locations.apply(j)
+            found.add(f"{where.host()}:{where.port()}")
+    return frozenset(found)
+
+
+def uncovered_to_retry(now: frozenset[str], covered: frozenset[str],
+                       tries: Mapping[str, tuple[int, float]], at: float,
+                       limit: int = TRIES_PER_EXECUTOR) -> frozenset[str]:
+    """The executors of ``now`` that hold no slot and are due another placement RDD at
+    time ``at``: tried (``tries``: executor -> (count, time of the last)) fewer than
+    ``limit`` times, the last at least 2^(count-1) s ago."""
+    def due(executor: str) -> bool:
+        count, last = tries.get(executor, (0, 0.0))
+        return count == 0 or (count < limit and at - last >= 2.0 ** (count - 1))
+    return frozenset(e for e in now - covered if due(e))
+
+
+def _held(i: int) -> int:
+    time.sleep(HOLD_S)
+    return i
+
+
 class Placement:
     """The placement RDD of one application and the slot of every task."""
 
@@ -119,7 +166,10 @@ class Placement:
         self._bootstrap = bootstrap
         self._per_core = slots_per_core
         self._anchor: Any = None  # the persisted placement RDD
-        self._members: frozenset[str] = frozenset()  # the executors it was made over
+        # the block managers holding a slot of it (and the driver's)
+        self._members: frozenset[str] = frozenset()
+        # executor -> (placement RDDs that left it without a slot, when the last was made)
+        self._tries: dict[str, tuple[int, float]] = {}
         self._slots: dict[str, int] = {}  # running tasks
         self._copies: dict[str, int] = {}  # standby and warm-up copies this worker keeps
         # a batch (the batch thread) and a standby refresh (the control thread) both
@@ -128,22 +178,37 @@ class Placement:
         self.made = 0  # placement RDDs made so far
 
     def _refreshed(self) -> Any:
-        """The placement RDD, made again when executors were added since the last (the
-        caller holds the lock)."""
+        """The placement RDD, made again when executors were added since the last, or
+        one of them got no slot of it (the caller holds the lock)."""
         now = executors(self._spark)
-        if self._anchor is not None and now <= self._members:
+        if self._anchor is not None and not uncovered_to_retry(
+                now, self._members, self._tries, time.monotonic()):
             return self._anchor
         sc = self._spark.sparkContext
         slots = max(1, self._per_core * sc.defaultParallelism)
         old = self._anchor
-        anchor = sc.parallelize(list(range(slots)), slots).persist()
+        anchor = sc.parallelize(list(range(slots)), slots).map(_held).persist()
         anchor.count()  # cached now, one partition per free core: spread over executors
         if old is not None:
             old.unpersist()
-        self._anchor, self._members = anchor, now
+        held = holders(self._spark, anchor.id(), slots)
+        idle = now - held
+        made_at = time.monotonic()
+        for executor in idle:
+            self._tries[executor] = (self._tries.get(executor, (0, 0.0))[0] + 1, made_at)
+        self._anchor, self._members = anchor, held
         self.made += 1
         log.info("placement RDD %d: %d slots over %d block managers", self.made, slots,
                  len(now))
+        for executor in sorted(idle):
+            tries = self._tries[executor][0]
+            if tries < TRIES_PER_EXECUTOR:
+                log.info("executor %s got no slot (it was not taking tasks yet): placed "
+                         "again in %.0fs at the earliest (try %d of %d)", executor,
+                         2.0 ** (tries - 1), tries, TRIES_PER_EXECUTOR)
+            else:
+                log.warning("executor %s got no slot in %d placement RDDs: it stays idle "
+                            "until one is made for an added executor", executor, tries)
         return anchor
 
     def rows(self, ranges: Mapping[str, Any], partitions: Mapping[str, set[tuple[str, int]]]
