@@ -26,6 +26,16 @@ def record_to_topic(df: DataFrame, ctx: BatchContext) -> None:
     producer.flush(30)
 
 
+def slow_record_to_topic(df: DataFrame, ctx: BatchContext) -> None:
+    """``record_to_topic`` after $BATCH_SLEEP_S seconds of waiting per batch with records:
+    a batch that cannot be cut short (process_batch), as on a starved machine."""
+    import time
+
+    if not df.isEmpty():
+        time.sleep(float(os.environ.get("BATCH_SLEEP_S", "0")))
+    record_to_topic(df, ctx)
+
+
 def echo_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     """process_task: one output row per input row, (key, seq, task, processor, version)."""
     return pd.DataFrame({

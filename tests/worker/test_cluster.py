@@ -22,7 +22,12 @@ from service.local.kafka import LocalKafka
 from service.local.kinesis import CREDENTIALS as KINESIS_CREDENTIALS
 from service.local.kinesis import LocalKinesis
 from service.local.s3 import CREDENTIALS, LocalS3
-from tests.infra.spark_cluster import SparkCluster
+from tests.infra.spark_cluster import (
+    SLOW_START_PLUGIN,
+    START_DELAY_ENV,
+    SparkCluster,
+    slow_start_plugin,
+)
 from tests.service.conftest import StartServer
 from tests.service.test_kinesis_inputs import kinesis_client, wait_active
 from tests.worker.test_end_to_end import (
@@ -34,8 +39,13 @@ from tests.worker.test_end_to_end import (
     stop_workers,
     wait_output,
 )
+from tests.worker.test_query_restart import kill_until_restarted
 
 pytestmark = pytest.mark.slow
+
+#: the Python processes a worker's driver starts on a cluster master: the planner of
+#: its source (Spark's streaming source runner; through PySpark's daemon or not)
+PLANNERS = ("python_streaming_source_runner", "pyspark.daemon")
 
 #: an app whose module imports a helper from a folder of its own (not on the executors')
 APP = """
@@ -118,7 +128,9 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
     saturated (4 ms per record, 4 s batches); the app ships itself and its helper
     (--py-files); a rescale 1 -> 4 -> 1 while producing, the first change mid-batch (cut
     short through the driver's HTTP signal), with a Spark worker killed -9 (one
-    application loses its only executor) and another added meanwhile. Stateful: the
+    application loses its only executor) and another added meanwhile. Stateless: first,
+    w0's source planner (a Python process of its driver) killed: its query starts again
+    in the same process, lease kept. Stateful: the
     counting app, its state kept by the executors (each Spark worker's folder private)
     and backed up to an S3 API server; every count exact."""
     _, helper = app_folders(tmp_path)
@@ -151,6 +163,12 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
                 assert workers["w0"].poll() is None
                 assert time.monotonic() < deadline, "w0 processes nothing"
                 time.sleep(0.5)
+            first = c.get("/jobmodel").json()["version"]
+            if not stateful:
+                # an infrastructure fault on w0's driver: the source's Python planner
+                # killed; its query starts again in the same process, lease kept
+                kill_until_restarted(workers["w0"], tmp_path / "w0.log", producing,
+                                     names=PLANNERS)
             workers["w1"] = start("w1")  # joins: stateful, through warm-ups
             deadline = time.monotonic() + 240
             while not any(r["processor"] == "w1" for r in read_all(kafka, output)):
@@ -188,9 +206,16 @@ def test_two_workers_on_a_cluster_rescale_and_lose_and_gain_an_executor_losing_n
         assert worker.returncode == 0, (tmp_path / f"{pid}.log").read_text()[-3000:]
     records = read_all(kafka, output)
     duplicated = check_lost_and_order(records, producing)
-    # duplicates only of what the lost executor had processed (its tasks run again)
+    # duplicates only of what the lost executor had processed (its tasks run again), and
+    # stateless, of w0's batch in flight when its planner was killed (redone)
     lost = str(cluster.work_dir(victim))
-    assert all(d["cwd"].startswith(lost) for d in duplicated), duplicated[:3]
+    assert all(d["cwd"].startswith(lost) or (
+        not stateful and d["processor"] == "w0" and d["version"] == first)
+        for d in duplicated), duplicated[:3]
+    if not stateful:
+        w0 = (tmp_path / "w0.log").read_text()
+        assert w0.count("registered as w0") == 1, w0[-3000:]  # the restart kept its lease
+        assert "the query died, not in the app's code" in w0
     if stateful:
         wrong = [r for r in records if r["count"] != r["seq"] + 1]
         assert not wrong, wrong[:5]  # exact state, duplicates included
@@ -301,8 +326,11 @@ def test_each_task_stays_on_one_of_two_executors_until_that_one_is_lost(
     Spark workers with private folders), the counting app at factor 4 on 2 partitions
     (8 tasks): each task's batches run on one executor, which keeps its state (restored
     once, then kept batch after batch). The Spark worker under one executor killed -9:
-    its tasks restore once on the survivor and stay there. One added: the application
-    gets an executor there and tasks spread onto it. Every count exact."""
+    its tasks restore once on the survivor and stay there. One added, whose executor is
+    slow to start (its block manager registers seconds before it takes tasks, as while it
+    fetches the application's jars on a busy host; once, the placement RDD made then was
+    cached on the survivor alone and the new executor stayed idle for good): the
+    application gets an executor there and tasks spread onto it. Every count exact."""
     _, helper = app_folders(tmp_path)
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
@@ -311,11 +339,15 @@ def test_each_task_stays_on_one_of_two_executors_until_that_one_is_lost(
                              "--elasticity-factor", "4")
     bucket = f"b-{uuid.uuid4().hex[:10]}"
     s3_server.create_bucket(bucket)
+    plugin = slow_start_plugin(tmp_path / "plugin")
     worker = cluster_worker(
         tmp_path, cluster, server.url, kafka, output, "w0", "--py-files",
         str(helper / "probe_helper.py"), "--stateful", "--blob-store", f"s3://{bucket}/pin",
         "--blob-store-endpoint", s3_server.endpoint, "--target-batch-ms", "2000",
         "--conf", "spark.cores.max=2", "--conf", "spark.executor.cores=1",
+        "--conf", f"spark.plugins={SLOW_START_PLUGIN}",
+        "--conf", f"spark.driver.extraClassPath={plugin}",
+        "--conf", f"spark.executor.extraClassPath={plugin}",
         *(a for k, v in CREDENTIALS.items() for a in ("--conf", f"spark.executorEnv.{k}={v}")),
         app="probe_app:count")
     tasks = {f"Partition {p}_{b}_4" for p in range(2) for b in range(4)}
@@ -368,11 +400,19 @@ def test_each_task_stays_on_one_of_two_executors_until_that_one_is_lost(
         assert all(len(cwds) == 1 and not next(iter(cwds)).startswith(lost)
                    for cwds in after.values()), after
         placements = (tmp_path / "w0.log").read_text().count("placement RDD")
-        added = cluster.add_worker()  # the application gets an executor there
+        # the application gets an executor there, 8 s between its block manager's
+        # registration and its first task
+        added = cluster.add_worker(env={START_DELAY_ENV: "8"})
         deadline = time.monotonic() + 120
         while (tmp_path / "w0.log").read_text().count("placement RDD") == placements:
             assert time.monotonic() < deadline, "no placement RDD for the added executor"
             rounds(1)  # (the batch after the executor registers makes it)
+        deadline = time.monotonic() + 120
+        while not any(next(iter(cwds)).startswith(str(cluster.work_dir(added)))
+                      for cwds in executors_of(rounds(1)).values()):
+            # the placement made while it did not take tasks left it idle: made again
+            assert time.monotonic() < deadline, "the added executor never ran a task"
+        assert "got no slot (it was not taking tasks yet)" in (tmp_path / "w0.log").read_text()
         spread = executors_of(rounds(1))
         assert all(len(cwds) == 1 for cwds in spread.values()), spread
         assert any(next(iter(cwds)).startswith(str(cluster.work_dir(added)))

@@ -4,8 +4,10 @@ store, two Spark workers as processes, one standby per task, factor 2. A countin
 keeps a counter per key in ``ctx.state``: while records flow, a shard is split, the
 children merged, a shard split with a factor change right after, and a shard split
 with a worker killed (-9) while its parents are being finished and restarted on its
-location. Every output record, duplicates included, has count == seq + 1: a key that
-moved to a child shard continues its count from its parents' final state."""
+location; and before those, the other worker's Spark Python workers killed mid-batch (its
+query started again in the same process). Every output record, duplicates included, has
+count == seq + 1: a key that moved to a child shard continues its count from its parents'
+final state."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from tests.worker.test_end_to_end import (
     stop_workers,
 )
 from tests.worker.test_kinesis_end_to_end import Producing, shard_ids, split, wait_all
+from tests.worker.test_query_restart import kill_until_restarted
 from tests.worker.test_stateful_end_to_end import restores_of
 
 # beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
@@ -109,6 +112,10 @@ def test_counts_follow_every_key_across_splits_merges_a_factor_change_and_a_kill
         wait_active(client, stream)
         producing.send(200)
         wait_all(kafka, output, producing.total, workers, tmp_path)
+        # an infrastructure fault under w0 (its Spark Python workers killed mid-batch):
+        # its query starts again in the same process, its lease and tasks kept
+        before_restart = len(read_all(kafka, output))
+        kill_until_restarted(workers["w0"], tmp_path / "w0.log", producing)
         split(client, stream, "shardId-000000000001")  # -> 5 and 6, and at once:
         with server.client() as c:
             assert c.post("/scale", json={"elasticityFactor": 4}).status_code == 202
@@ -140,18 +147,22 @@ def test_counts_follow_every_key_across_splits_merges_a_factor_change_and_a_kill
     carried = [r for r in first_in_child.values() if r["count"] > 1]
     assert len(carried) >= len(first_in_child) // 2, list(first_in_child.values())[:5]
     assert {r["shard"] for r in records} == set(range(9))
-    # duplicates only past the killed worker's last commit
+    # duplicates only past the faults: w0's restarted query redid its batch in flight
+    # from its checkpoints, the killed worker's tasks redid what followed its last commit
     seen: set[tuple[str, int]] = set()
     for i, r in enumerate(records):
         if (r["key"], r["seq"]) in seen:
-            assert i >= before_kill, r
+            assert i >= before_restart, r
+            assert i >= before_kill or r["processor"] == "w0", r
         seen.add((r["key"], r["seq"]))
     # the restarted worker (same location, its lease still held) got its tasks back and
     # found their state on its own disk
     assert any(r["source"] == "local" and r["bytes"] == 0
                for r in restores.values()), restores
-    # one query per worker process across the reshards and the factor change
-    # (the restarted w1 starts one once it gets a task, if it does before the end)
-    assert queries_started(tmp_path, "w0") == [1]
+    # one query per worker process across the reshards and the factor change, and one
+    # more in w0 for its fault (the restarted w1 starts one once it gets a task, if it
+    # does before the end); w0 registered once: the restart kept its lease
+    assert queries_started(tmp_path, "w0") == [2]
+    assert (tmp_path / "w0.log").read_text().count("registered as w0") == 1
     w1 = queries_started(tmp_path, "w1")
     assert w1[0] == 1 and all(n <= 1 for n in w1), w1

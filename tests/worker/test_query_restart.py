@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
@@ -24,19 +25,25 @@ from tests.worker.test_end_to_end import (
     coordinator_for,
     new_topics,
     queries_started,
+    start_worker,
     stop_workers,
     wait_output,
+)
+from tests.worker.test_exactly_once_end_to_end import (
+    check_exactly_once,
+    read_committed,
+    wait_committed,
 )
 from tests.worker.test_stateful_end_to_end import check_counts, stateful_worker
 
 pytestmark = pytest.mark.slow
 
 
-def python_workers_of(pid: int) -> list[int]:
-    """The pids of Spark's Python worker processes (``pyspark.daemon`` and its forks)
-    under process ``pid``."""
+def python_workers_of(pid: int, names: tuple[str, ...] = ("pyspark.daemon",)) -> list[int]:
+    """The pids of the processes under process ``pid`` whose command line names one of
+    ``names`` (by default Spark's Python workers: ``pyspark.daemon`` and its forks)."""
     children: dict[int, list[int]] = {}
-    names: dict[int, str] = {}
+    command: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -47,14 +54,63 @@ def python_workers_of(pid: int) -> list[int]:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(parent, []).append(int(entry))
-        names[int(entry)] = cmd
+        command[int(entry)] = cmd
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
             todo.append(child)
-            if "pyspark.daemon" in names.get(child, ""):
+            if any(n in command.get(child, "") for n in names):
                 found.append(child)
     return found
+
+
+class Sending(Protocol):
+    """What produces the job's input (a Kafka topic's or a Kinesis stream's producer)."""
+
+    def send(self, n: int) -> None: ...
+
+
+def kill_until_restarted(worker: subprocess.Popen[bytes], log: Path,
+                         producing: Sending, names: tuple[str, ...] = ("pyspark.daemon",)
+                         ) -> None:
+    """kill -9 of ``worker``'s Python worker processes (those whose command line names
+    one of ``names``) while batches run, until its log says its query died of it."""
+    deadline = time.monotonic() + 90
+    while "the query died, not in the app's code" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        assert worker.poll() is None, log.read_text()[-3000:]
+        producing.send(40)
+        for pid in python_workers_of(worker.pid, names):
+            with contextlib.suppress(ProcessLookupError):  # (gone meanwhile)
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
+def current_version(server: Any) -> int:
+    """The job model version the coordinator serves now."""
+    with server.client() as c:
+        return int(c.get("/jobmodel").json()["version"])
+
+
+def restarted_in_place(server: Any, worker: subprocess.Popen[bytes], log: Path,
+                       pid: str, version: int) -> None:
+    """``pid``'s stats count a query restart with its cause, its lease and tasks were
+    kept (the job model still at ``version``, the one before the fault), and it
+    registered once."""
+    with server.client() as c:
+        deadline = time.monotonic() + 60
+        while True:
+            stats = {p["processorId"]: p.get("stats") or {}
+                     for p in c.get("/status").json()["processors"]}
+            if stats.get(pid, {}).get("queryRestarts", 0) >= 1:
+                break
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.5)
+        assert stats[pid]["lastQueryRestart"]["cause"]
+        assert c.get("/jobmodel").json()["version"] == version
+    assert worker.poll() is None  # still running
+    text = log.read_text()
+    assert len(re.findall(rf"registered as {pid}", text)) == 1, text[-3000:]
 
 
 def test_python_workers_killed_mid_batch_restart_the_query_with_counts_exact(
@@ -68,33 +124,14 @@ def test_python_workers_killed_mid_batch_restart_the_query_with_counts_exact(
                              f"file://{tmp_path / 'blobs'}", "--query-restart-window-s", "600")
     try:
         wait_output(kafka, output, producing.total)
+        version = current_version(server)
         # kill every Python worker of w1 while batches run, until its query died of it
         log = tmp_path / "w1.log"
-        deadline = time.monotonic() + 90
-        while "the query died, not in the app's code" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            producing.send(40)
-            for pid in python_workers_of(worker.pid):
-                with contextlib.suppress(ProcessLookupError):  # (gone meanwhile)
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.2)
+        kill_until_restarted(worker, log, producing)
         producing.send(400)  # processed by the new query
         wait_output(kafka, output, producing.total)
-        with server.client() as c:
-            deadline = time.monotonic() + 60
-            while True:
-                stats = {p["processorId"]: p.get("stats") or {}
-                         for p in c.get("/status").json()["processors"]}
-                if stats.get("w1", {}).get("queryRestarts", 0) >= 1:
-                    break
-                assert time.monotonic() < deadline, stats
-                time.sleep(0.5)
-            assert stats["w1"]["lastQueryRestart"]["cause"]
-            # the lease and its tasks were kept: no version after the first placement
-            assert c.get("/jobmodel").json()["version"] == 2
-        assert worker.poll() is None  # still running
-        text = log.read_text()
-        assert len(re.findall(r"registered as w1", text)) == 1, text[-3000:]
+        # the lease and its tasks were kept: no version since
+        restarted_in_place(server, worker, log, "w1", version)
         assert queries_started(tmp_path, "w1")[0] >= 2  # a new query in the same process
     finally:
         stop_workers([worker])
@@ -122,3 +159,32 @@ def test_a_failure_in_the_apps_code_ends_the_worker_with_its_traceback_first(
     assert lines[-1] == "ValueError: an order without an amount", message[:2000]
     assert "tests/worker/apps.py" in message
     assert "the query died, not in the app's code" not in result.stderr  # no restart
+
+
+@pytest.mark.beside  # in the second process (tests/infra/beside.py)
+def test_a_stateless_exactly_once_worker_restarts_its_query_and_duplicates_nothing(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """The same fault under a stateless worker writing its output in Kafka transactions:
+    the batch the fault ended wrote no committed record; the new query redoes it from
+    the tasks' checkpoints: every record once in the committed output."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(400)
+    server = coordinator_for(start_server, kafka, topic)
+    worker = start_worker(tmp_path, server.url, kafka, output, "w1", "--api", "task",
+                          "--output-topic", output, "--exactly-once",
+                          "--query-restart-window-s", "600",
+                          app="tests.worker.apps:slow_echo_task")
+    workers = {"w1": worker}
+    try:
+        wait_committed(kafka, output, producing.total, workers, tmp_path)
+        version = current_version(server)
+        log = tmp_path / "w1.log"
+        kill_until_restarted(worker, log, producing)
+        producing.send(400)
+        wait_committed(kafka, output, producing.total, workers, tmp_path)
+        restarted_in_place(server, worker, log, "w1", version)
+    finally:
+        stop_workers([worker])
+    check_exactly_once(read_committed(kafka, output), producing, counts=False)
