@@ -12,7 +12,6 @@ partition's generation.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -49,6 +48,7 @@ from worker.running import (
     retag,
     rewound,
 )
+from worker.runtime.backlog import latest_offsets, task_backlog
 from worker.runtime.boundary import BatchBoundary
 from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, owned_counts
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
@@ -602,30 +602,15 @@ class BatchRunner:
     # -- the backlog, for the autosizer
 
     def backlog(self, progress: dict[str, Any] | None) -> dict[str, dict[str, int]]:
-        """Per task: the records behind the partition's end (Kafka: the source reports
-        every partition's latest stable offset; Kinesis: its estimate from
-        ``MillisBehindLatest``), and for Kinesis the milliseconds behind
-        (``consumerLagMs``)."""
-        if not progress or not progress.get("sources"):
+        """Per task, the records behind (``runtime.backlog``); Kinesis also the
+        milliseconds behind. Kafka's total is kept for the progress lines."""
+        latest = latest_offsets(progress)
+        if latest is None:
             return {}
-        latest = progress["sources"][0].get("latestOffset") or {}
-        if isinstance(latest, str):
-            latest = json.loads(latest) if latest != "null" else {}
-        plan = self.running.plan
-        if plan.system == "kinesis":
-            return {"consumerLag": _kinesis_backlog(plan, latest, "recordsBehind"),
-                    "consumerLagMs": _kinesis_backlog(plan, latest, "millisBehindLatest")}
-        lag: dict[str, int] = {}
-        behind: dict[tuple[str, int], int] = {}
-        for s in plan.starts:
-            end = latest.get(f"{s.topic}/{s.partition}")
-            done = self.committed.get((s.topic, s.partition))
-            if end is not None and done is not None:
-                lag[s.task] = max(lag.get(s.task, 0), int(end) - done)
-                behind[(s.topic, s.partition)] = max(0, int(end) - done)
-        self._behind = sum(behind.values())  # for the progress lines
-        return {"consumerLag": lag}
-
+        stats, behind = task_backlog(self.running.plan, latest, self.committed)
+        if behind is not None:
+            self._behind = behind
+        return stats
 
 def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, Ends]:
     """A batch's ends, generations and records per partition, by a Spark job over its
@@ -646,22 +631,6 @@ def _traced_ranges(ranges: dict[str, Any], ends: Ends) -> str:
         return " ".join(f"{k.rpartition('/')[2]}[{r['from']},{r['to']})g{r['g']}"
                         for k, r in sorted(ranges.items()) if int(r["to"]) > int(r["from"]))
     return " ".join(f"{p}:..{e}" for (_, p), e in sorted(ends.items()))
-
-
-def _kinesis_backlog(plan: QueryPlan, latest: dict[str, Any], key: str) -> dict[str, int]:
-    """Per task: a key bucket's share of its shards' estimated records behind (keys
-    spread evenly), or the milliseconds its furthest-behind shard is."""
-    behind: dict[str, int] = {}
-    for s in plan.starts:
-        found = (latest.get(str(s.partition)) or {}).get(key)
-        if found is None:
-            continue
-        if key == "recordsBehind":
-            share = int(found) // plan.factor if s.key_bucket >= 0 else int(found)
-            behind[s.task] = behind.get(s.task, 0) + share
-        else:
-            behind[s.task] = max(behind.get(s.task, 0), int(found))
-    return behind
 
 
 def _rows(tables: tuple[Any, ...]) -> Iterator[tuple[bytes | None, bytes | None]]:
