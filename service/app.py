@@ -21,17 +21,17 @@ from sqlalchemy import Engine
 from checkpoint.store.sql import SqlCheckpointStore
 from coordinator.autosize import Policy
 from coordinator.clock import Clock, SystemClock
-from coordinator.leader import EmbeddedLeader, LeaderRole
+from coordinator.input_monitors.partitions import KafkaPartitionSource, PartitionMonitor
+from coordinator.input_monitors.shards import KinesisShardSource, ShardMonitor
+from coordinator.leadership.role import EmbeddedLeader, LeaderRole
+from coordinator.leadership.sql import SqlLeaseLeader
+from coordinator.leadership.store_lock import StoreLock, sqlite_database
+from coordinator.leadership.zookeeper import ZkLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
-from coordinator.partition_monitor import KafkaPartitionSource, PartitionMonitor
-from coordinator.shard_monitor import KinesisShardSource, ShardMonitor
-from coordinator.sql_leader import SqlLeaseLeader
 from coordinator.store.kafka import KafkaMetadataStore
 from coordinator.store.metadata import MetadataStore
 from coordinator.store.sql import SqlMetadataStore
 from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
-from coordinator.store_lock import StoreLock, sqlite_database
-from coordinator.zk_leader import ZkLeader
 from grouping.assignment import AssignmentParams
 from grouping.model import JobModel
 from grouping.shards import Shard

@@ -172,8 +172,8 @@ def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from common.tls import TlsConfigError
-    from coordinator.sql_leader import LeadershipHeld
-    from coordinator.store_lock import StoreLocked
+    from coordinator.leadership.sql import LeadershipHeld
+    from coordinator.leadership.store_lock import StoreLocked
     from service.app import create_app, store_leader, store_lock
     from service.http_protocol import protocol_options
     from service.logs import configure

@@ -19,7 +19,7 @@ from coordinator.ack_group import AckGroup
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import Clock
 from coordinator.job_models import JobModelRepository
-from coordinator.leader import LeaderRole
+from coordinator.leadership.role import LeaderRole
 from coordinator.lifecycle.config import CoordinatorConfig, LifecycleObserver
 from coordinator.lifecycle.fencing import CommitFence
 from coordinator.lifecycle.handing_over import handing_over

@@ -36,7 +36,7 @@ from coordinator.clock import Clock
 from coordinator.errors import Fenced, NotLeader
 from coordinator.fenced import FENCED, fenced_processors, without_fenced
 from coordinator.job_models import VERSIONS, JobModelRepository
-from coordinator.leader import LeaderRole
+from coordinator.leadership.role import LeaderRole
 from coordinator.lifecycle.barrier_keeper import BarrierKeeper
 from coordinator.lifecycle.config import (
     CoordinatorConfig,

@@ -10,7 +10,7 @@ from typing import Any
 
 from coordinator.clock import Clock
 from coordinator.errors import CoordinatorError, StoreUnavailable
-from coordinator.leader import LeaderRole
+from coordinator.leadership.role import LeaderRole
 from coordinator.lifecycle.config import CoordinatorConfig, LifecycleObserver
 from coordinator.membership import Membership, ProcessorLease
 from coordinator.scheduler import Scheduler

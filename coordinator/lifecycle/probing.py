@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from coordinator.clock import Clock
-from coordinator.leader import LeaderRole
+from coordinator.leadership.role import LeaderRole
 from coordinator.lifecycle.config import CoordinatorConfig
 from coordinator.membership import Membership
 

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from coordinator.barrier import BarrierState
 from coordinator.clock import SystemClock
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.membership import NAMESPACE
 from coordinator.store.sql import SqlMetadataStore

@@ -15,7 +15,7 @@ import pytest
 from coordinator.barrier import Barrier, BarrierRepository, BarrierState
 from coordinator.clock import SystemClock
 from coordinator.errors import UnknownProcessor
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.lifecycle.handing_over import HANDING_OVER, handing_over
 from coordinator.membership import ProcessorLease

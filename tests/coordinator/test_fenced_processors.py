@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from coordinator.barrier import BarrierState
 from coordinator.fenced import FENCED, fenced_processors, without_fenced
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP, ContainerModel, JobModel

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from coordinator.clock import SystemClock
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
 from grouping.lineage import PreviousAssignment

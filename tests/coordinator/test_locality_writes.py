@@ -15,7 +15,7 @@ from coordinator.barrier import NAMESPACE as BARRIERS
 from coordinator.barrier import BarrierState
 from coordinator.clock import SystemClock
 from coordinator.job_models import VERSIONS
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.locality import (
     TASK_HOSTS,

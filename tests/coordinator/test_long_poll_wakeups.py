@@ -7,7 +7,7 @@ from pathlib import Path
 
 from coordinator.barrier import BarrierState
 from coordinator.clock import SystemClock
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import SSP

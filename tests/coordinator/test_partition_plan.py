@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.input_poller import InputState
-from coordinator.partition_monitor import plan_inputs
+from coordinator.input_monitors.partitions import plan_inputs
+from coordinator.input_monitors.poller import InputState
 
 
 def test_growth_is_taken_and_first_sight_sets_the_count() -> None:

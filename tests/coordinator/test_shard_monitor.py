@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from coordinator.input_poller import InputState, SourceUnavailable
-from coordinator.shard_monitor import ShardMonitor
+from coordinator.input_monitors.poller import InputState, SourceUnavailable
+from coordinator.input_monitors.shards import ShardMonitor
 from grouping.shards import MAX_HASH_KEY, Shard
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.job_models import JobModelRepository
-from coordinator.sql_leader import LeadershipHeld, SqlLeaseLeader
+from coordinator.leadership.sql import LeadershipHeld, SqlLeaseLeader
 from coordinator.store.sql import SqlMetadataStore
 from grouping.model import JobModel
 from service.database import make_engine, upgrade

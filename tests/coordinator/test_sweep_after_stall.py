@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.store.metadata import Versioned
 from coordinator.store.sql import SqlMetadataStore

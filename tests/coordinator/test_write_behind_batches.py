@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
-from coordinator.leader import EmbeddedLeader
+from coordinator.leadership.role import EmbeddedLeader
 from coordinator.lifecycle import Coordinator, CoordinatorConfig
 from coordinator.membership import NAMESPACE, ProcessorLease
 from coordinator.store.sql import SqlMetadataStore

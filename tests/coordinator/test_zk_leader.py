@@ -11,8 +11,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.job_models import JobModelRepository
+from coordinator.leadership.zookeeper import ZkLeader
 from coordinator.store.zookeeper import ZkMetadataStore
-from coordinator.zk_leader import ZkLeader
 from grouping.generation import generate_job_model
 from grouping.groupers import GroupByPartition
 from grouping.model import SSP, JobModel

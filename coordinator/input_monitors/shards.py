@@ -16,7 +16,12 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from coordinator.input_poller import InputPoller, InputState, SourceUnavailable, StreamStatus
+from coordinator.input_monitors.poller import (
+    InputPoller,
+    InputState,
+    SourceUnavailable,
+    StreamStatus,
+)
 from grouping.shards import Shard, ShardFormatError, shards_from_listing
 
 

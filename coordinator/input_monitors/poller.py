@@ -1,8 +1,9 @@
 """What the input monitors share: poll every interval (or at once when asked), keep each
 stream's last seen state for ``/status``, and log it once per change.
 
-``coordinator.partition_monitor`` polls Kafka partition counts, ``coordinator.shard_monitor``
-Kinesis shard listings; both run on every replica and act only on the leader.
+``coordinator.input_monitors.partitions`` polls Kafka partition counts,
+``coordinator.input_monitors.shards`` Kinesis shard listings; both run on every replica
+and act only on the leader.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ EPOCH_KEY = "epoch"
 
 
 class ZkLeader:
-    """A :class:`~coordinator.leader.LeaderRole` elected through ZooKeeper."""
+    """A :class:`~coordinator.leadership.role.LeaderRole` elected through ZooKeeper."""
 
     def __init__(
         self,

@@ -21,7 +21,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from common.kafka_clients import Brokers, settings_of
-from coordinator.input_poller import InputPoller, InputState, SourceUnavailable, StreamStatus
+from coordinator.input_monitors.poller import (
+    InputPoller,
+    InputState,
+    SourceUnavailable,
+    StreamStatus,
+)
 from grouping.model import SystemStreamPartition
 
 log = logging.getLogger("coxswain.inputs")
