@@ -35,15 +35,13 @@ from coordinator.store.zookeeper import ZkMetadataStore, ZkSession
 from grouping.assignment import AssignmentParams
 from grouping.model import JobModel
 from grouping.shards import Shard
-from service.autosizer import Autosizer, sample_of
-from service.bucket_watch import BucketWatch
+from service.autosize.bucket_watch import BucketWatch
+from service.autosize.window import Autosizer, sample_of
 from service.database import make_engine, upgrade
 from service.docs import install_docs
 from service.errors import error_response, install_error_handlers
 from service.heap import FrozenHeap
 from service.metrics import Metrics
-from service.poll_shortcut import PollShortcut
-from service.post_shortcuts import PostShortcuts
 from service.routes import (
     autosize,
     checkpoints,
@@ -54,6 +52,8 @@ from service.routes import (
     scale,
     status,
 )
+from service.serving.poll_shortcut import PollShortcut
+from service.serving.post_shortcuts import PostShortcuts
 from service.settings import Settings
 from service.status_page import templates
 

@@ -175,8 +175,8 @@ def _serve(args: argparse.Namespace) -> None:
     from coordinator.leadership.sql import LeadershipHeld
     from coordinator.leadership.store_lock import StoreLocked
     from service.app import create_app, store_leader, store_lock
-    from service.http_protocol import protocol_options
     from service.logs import configure
+    from service.serving.protocol import protocol_options
     from service.settings import SettingsError
 
     for flag in ("admin_token", "worker_token"):
@@ -442,7 +442,7 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _autosize(args: argparse.Namespace) -> None:
-    from service.autosize_loop import Applier, run
+    from service.autosize.loop import Applier, run
     from service.logs import configure
 
     configure(json_lines=False, level="INFO")

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.auth import require_admin, require_worker
-from service.route_table import api_routes
+from service.serving.route_table import api_routes
 
 ASSETS_URL = "/docs-assets"
 _RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)

@@ -13,7 +13,7 @@ from starlette.routing import Match
 from checkpoint.errors import CheckpointError
 from coordinator.errors import CoordinatorError
 from grouping.errors import GroupingError
-from service.route_table import api_routes
+from service.serving.route_table import api_routes
 
 log = logging.getLogger("coxswain.api")
 

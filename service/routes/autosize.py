@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from coordinator.lifecycle import Coordinator
 from service import deps
 from service.auth import AuthFirstRoute
-from service.autosizer import Autosizer
+from service.autosize.window import Autosizer
 from service.errors import ApiError
 from service.schemas import ErrorBody
 

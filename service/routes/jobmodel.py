@@ -91,7 +91,7 @@ async def poll(
     token: str | None, disconnected: Callable[[], Awaitable[None]],
 ) -> PollAnswer:
     """The job model request's answer, once there is one: the route's and the poll
-    shortcut's (``service.poll_shortcut``) one implementation. ``known`` is the version
+    shortcut's (``service.serving.poll_shortcut``) one implementation. ``known`` is the version
     the caller has (``since``, else its ``If-None-Match``); ``disconnected`` returns when
     the caller's connection closes."""
     if processor_id is not None:

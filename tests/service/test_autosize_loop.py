@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.autosize_loop import Applier, run
+from service.autosize.loop import Applier, run
 from tests.service.conftest import StartServer
 from tests.service.workers import SimWorker, settle
 

@@ -1,6 +1,6 @@
 """Requests answered before routing (heartbeats, acks and a processor's own job model
-polls: service.post_shortcuts, service.poll_shortcut) give exactly the routes' answers,
-errors included, and have the routes' effects."""
+polls: service.serving.post_shortcuts, service.serving.poll_shortcut) give exactly the
+routes' answers, errors included, and have the routes' effects."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_which_polls_the_shortcut_answers() -> None:
     comparisons above compare the shortcut with the route)."""
     from types import SimpleNamespace
 
-    from service.poll_shortcut import _processor_poll
+    from service.serving.poll_shortcut import _processor_poll
     from service.settings import Settings
 
     settings = Settings(worker_token="wt-0123456789abcdef")

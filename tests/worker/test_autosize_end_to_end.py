@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from service.autosize_loop import Applier, run
+from service.autosize.loop import Applier, run
 from service.local.kafka import LocalKafka
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.autosizer import sample_of
+from service.autosize.window import sample_of
 from worker.busy import BusyMeter
 
 

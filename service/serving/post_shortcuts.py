@@ -26,9 +26,9 @@ from pydantic import ValidationError
 
 from coordinator.errors import CoordinatorError
 from service.errors import STATUS_BY_CODE, error_response
-from service.poll_shortcut import ASGIApp, Message, Receive, Scope, Send, worker_call
 from service.routes.processors import log_warnings
 from service.schemas import AckRequest, HeartbeatRequest
+from service.serving.poll_shortcut import ASGIApp, Message, Receive, Scope, Send, worker_call
 
 _PROCESSORS = "/processors/"
 _HEARTBEAT = "/heartbeat"
