@@ -52,7 +52,7 @@ ARG CA_BUNDLE=
 RUN if [ -n "$CA_BUNDLE" ]; then export PIP_CERT="$CA_BUNDLE" SSL_CERT_FILE="$CA_BUNDLE"; fi \
     && /opt/coxswain/bin/pip install --disable-pip-version-check "/src[worker]" \
     && COXSWAIN_CACHE_DIR=/opt/coxswain/cache /opt/coxswain/bin/python -c \
-        "from worker.jars import connector_jars; print(*connector_jars(), sep='\n')"
+        "from worker.jvm.jars import connector_jars; print(*connector_jars(), sep='\n')"
 
 # The worker: Java for Spark, then the environment and jars built above
 FROM runtime-base AS worker

@@ -176,7 +176,7 @@ def plain_spark(kafka: LocalKafka, source: str, n: int, min_partitions: int | No
                 tmp: Path) -> tuple[float, int]:
     from pyspark.sql import SparkSession
 
-    from worker.jars import connector_jars
+    from worker.jvm.jars import connector_jars
 
     out_topic = f"out-{uuid.uuid4().hex[:8]}"
     topics(kafka, (out_topic, 1))

@@ -327,7 +327,7 @@ def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
     """Runs ``produce(out_topic, source)`` while a plain Spark query runs ``job``."""
     from pyspark.sql import SparkSession
 
-    from worker.jars import connector_jars
+    from worker.jvm.jars import connector_jars
 
     out_topic = f"out-{uuid.uuid4().hex[:8]}"
     topics(kafka, (out_topic, 1))

@@ -18,13 +18,13 @@ import subprocess
 import sys
 
 from common.paths import cache_dir
-from worker.runtime.class_archive import class_archive, create
+from worker.jvm.class_archive import class_archive, create
 
 ONE_START = """
 import json, sys, time
 from pathlib import Path
 from worker.runtime.app import check_on_executors
-from worker.runtime.class_archive import ClassArchive
+from worker.jvm.class_archive import ClassArchive
 from worker.runtime.spark import spark_session, stop_spark
 archive = ClassArchive(Path(sys.argv[1])) if sys.argv[1] else None
 started = time.monotonic()

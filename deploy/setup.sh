@@ -31,7 +31,7 @@ fi
 # with its output kept until it ends (then shown, with its time): the PySpark wheel's build
 # beside pip's other packages, the Maven downloads beside npm's. The first failed step
 # fails the setup; a stopped setup stops them all.
-CACHE=${COXSWAIN_CACHE_DIR:-.cache}  # where service.local and worker.jars keep theirs too
+CACHE=${COXSWAIN_CACHE_DIR:-.cache}  # where service.local and worker.jvm.jars keep theirs too
 STEPS=$CACHE/setup
 mkdir -p "$STEPS"
 step_pids=() step_names=() step_if_failed=()
@@ -181,7 +181,7 @@ if [ "${1:-}" = "--dev" ]; then
     start_step "Kafka broker jars and Spark Kafka connector jars (deploy/local/*/pom.xml)" \
         "" "$VENV/bin/python" -c "
 from service.local.kafka import fetch_jars
-from worker.jars import connector_jars
+from worker.jvm.jars import connector_jars
 print(fetch_jars())
 print(connector_jars()[0].parent)"
     start_step "local Kinesis API server (kinesalite, npm)" \
@@ -196,7 +196,7 @@ fi
 # by now (and which two processes must not fetch at once: both would write them)
 if { [ "${1:-}" = "--dev" ] || [ "${1:-}" = "--worker" ]; } \
         && "$VENV/bin/python" -c "import pyspark" 2>/dev/null; then
-    echo "==> the worker JVM's class archive (python -m worker.runtime.make_class_archive)" >&2
-    "$VENV/bin/python" -m worker.runtime.make_class_archive >&2 \
+    echo "==> the worker JVM's class archive (python -m worker.jvm.make_class_archive)" >&2
+    "$VENV/bin/python" -m worker.jvm.make_class_archive >&2 \
         || echo "==> no class archive: workers start without one (slower, not wrong)" >&2
 fi

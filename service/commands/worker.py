@@ -271,7 +271,7 @@ def run_worker(args: argparse.Namespace) -> None:
     archive = None
     if args.jvm_class_archive == "auto":
         from common.paths import cache_dir
-        from worker.runtime.class_archive import class_archive
+        from worker.jvm.class_archive import class_archive
 
         archive = class_archive(cache_dir() / "jvm")
         if archive is not None and archive.exists:
@@ -280,7 +280,7 @@ def run_worker(args: argparse.Namespace) -> None:
         elif archive is not None:
             logging.getLogger("coxswain.worker").info(
                 "no JVM class archive for this Java and PySpark at %s: Spark starts "
-                "without one (python -m worker.runtime.make_class_archive makes it once; "
+                "without one (python -m worker.jvm.make_class_archive makes it once; "
                 "workers then start seconds faster)", archive.path)
     spark = spark_session(args.spark_master, app_name=app_name, conf=spark_conf,
                           executor_python=args.executor_python, class_archive=archive)
@@ -380,7 +380,7 @@ def add_worker_command(sub: Any, defaults: type[argparse.HelpFormatter]) -> None
                         "is shipped without it, unless installed)")
     w.add_argument("--jvm-class-archive", choices=("auto", "off"), default="auto",
                    help="auto: the driver's JVM maps the class-data archive made by "
-                        "`python -m worker.runtime.make_class_archive` (deploy/setup.sh makes "
+                        "`python -m worker.jvm.make_class_archive` (deploy/setup.sh makes "
                         "it) when there is one for this Java and PySpark: a faster start")
     w.add_argument("--executor-python", help="the Python interpreter executors run, with "
                    "coxswain[worker] installed on every executor host (default: "

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 from common.paths import cache_dir
-from worker.runtime.class_archive import ClassArchive, class_archive, create, spark_options
+from worker.jvm.class_archive import ClassArchive, class_archive, create, spark_options
 
 #: a worker's Spark session in a process of its own (PySpark keeps one JVM per process)
 SESSION = """
 import json, sys
 from pathlib import Path
-from worker.runtime.class_archive import ClassArchive
+from worker.jvm.class_archive import ClassArchive
 from worker.runtime.spark import spark_session, stop_spark
 archive = ClassArchive(Path(sys.argv[1]))
 spark = spark_session("local[1]", "class-archive", class_archive=archive,

@@ -12,7 +12,7 @@ import pyspark
 import pytest
 
 from common.paths import cache_dir
-from worker.jars import CONNECTOR, WANTED, connector_jars, dependencies, fetch_from_repository
+from worker.jvm.jars import CONNECTOR, WANTED, connector_jars, dependencies, fetch_from_repository
 
 M2 = cache_dir() / "m2"
 VERSION = pyspark.__version__

@@ -14,8 +14,8 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from worker.jars import connector_jars
-from worker.runtime.class_archive import ClassArchive, spark_options
+from worker.jvm.class_archive import ClassArchive, spark_options
+from worker.jvm.jars import connector_jars
 from worker.runtime.query_failures import summary
 
 log = logging.getLogger("coxswain.worker")

@@ -1,10 +1,10 @@
-"""Make the worker JVM's class archive: ``python -m worker.runtime.make_class_archive``
+"""Make the worker JVM's class archive: ``python -m worker.jvm.make_class_archive``
 (once per host, Java and PySpark; ``deploy/setup.sh`` runs it). With ``--dump-to PART``
-(how :func:`worker.runtime.class_archive.create` runs it in a child process) it is the run
+(how :func:`worker.jvm.class_archive.create` runs it in a child process) it is the run
 whose JVM writes the archive: what a worker's start runs (a session, a pandas job on
 Python workers, a streaming query), its classes dumped to ``PART`` as its JVM exits.
 
-Apart from ``worker.runtime.class_archive`` so that ``-m`` runs a module the package has
+Apart from ``worker.jvm.class_archive`` so that ``-m`` runs a module the package has
 not imported already (the package's Spark session imports the archive's library)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.paths import cache_dir
-from worker.runtime.class_archive import QUIET, class_archive, create
+from worker.jvm.class_archive import QUIET, class_archive, create
 from worker.runtime.spark import spark_session, stop_spark
 
 log = logging.getLogger("coxswain.worker")
@@ -52,7 +52,7 @@ def dump(part: Path, master: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m worker.runtime.make_class_archive",
+        prog="python -m worker.jvm.make_class_archive",
         description="make the worker JVM's class-data-sharing archive (workers use it "
                     "when it exists; made once per host, Java and PySpark)")
     parser.add_argument("--folder", type=Path, help="where (default: the cache's jvm/)")

@@ -23,7 +23,7 @@ import pyspark
 
 from common.paths import cache_dir
 
-POM = Path(__file__).resolve().parents[1] / "deploy" / "local" / "spark" / "pom.xml"
+POM = Path(__file__).resolve().parents[2] / "deploy" / "local" / "spark" / "pom.xml"
 CONNECTOR = ("org.apache.spark", "spark-sql-kafka-0-10_2.13")
 WANTED = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13",
           "kafka-clients", "commons-pool2")

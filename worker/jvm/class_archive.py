@@ -13,7 +13,7 @@ carries a fingerprint of both (the ``java`` binary Spark runs and PySpark's jars
 checks the rest itself: an archive it cannot use is ignored (``-Xshare:auto``, the
 default), never an error, so a stale one costs the speed-up, never a start.
 
-Made once per host by ``python -m worker.runtime.make_class_archive`` (``deploy/setup.sh``
+Made once per host by ``python -m worker.jvm.make_class_archive`` (``deploy/setup.sh``
 runs it after installing the worker): a short Spark run of a worker's start in a child
 process, under a lock, its dump written beside the final name and renamed once the JVM
 that wrote it exited cleanly, so a run killed half-way leaves no half-written archive
@@ -110,7 +110,7 @@ def create(archive: ClassArchive, master: str = "local[2]", wait: bool = False) 
             stale.unlink()  # a killed maker's (the lock is ours: none is being written)
         part = archive.path.with_name(f"{archive.path.name}.{os.getpid()}.part")
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "worker.runtime.make_class_archive",
+        done = subprocess.run([sys.executable, "-m", "worker.jvm.make_class_archive",
                                "--dump-to", str(part), "--master", master],
                               stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, check=False)
