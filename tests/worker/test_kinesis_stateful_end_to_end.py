@@ -159,10 +159,13 @@ def test_counts_follow_every_key_across_splits_merges_a_factor_change_and_a_kill
     # found their state on its own disk
     assert any(r["source"] == "local" and r["bytes"] == 0
                for r in restores.values()), restores
-    # one query per worker process across the reshards and the factor change, and one
-    # more in w0 for its fault (the restarted w1 starts one once it gets a task, if it
-    # does before the end); w0 registered once: the restart kept its lease
-    assert queries_started(tmp_path, "w0") == [2]
+    # one query per worker process across the reshards and the factor change, and more
+    # in w0 for its fault (one per death: the kills go on until its log says so, and
+    # may reach the next query's workers too), in one process (the restarted w1 starts
+    # one once it gets a task, if it does before the end); w0 registered once: the
+    # restarts kept its lease
+    w0 = queries_started(tmp_path, "w0")
+    assert len(w0) == 1 and w0[0] >= 2, w0
     assert (tmp_path / "w0.log").read_text().count("registered as w0") == 1
     w1 = queries_started(tmp_path, "w1")
     assert w1[0] == 1 and all(n <= 1 for n in w1), w1
