@@ -259,6 +259,8 @@ def create_app(settings: Settings, clock: Clock | None = None,
             app.state.checkpoints = checkpoints
             app.state.metrics = metrics
             app.state.coordinator = coordinator
+            # processors warned about for registering without keyHashes (once each)
+            app.state.undeclared_key_hashes = set()
             metrics.export_task_lags(coordinator.membership.task_lags)
             metrics.export_state_restores(coordinator.membership.stats,
                                           coordinator.latest_task_names)

@@ -23,6 +23,7 @@ STATUS_BY_CODE = {
     "unknown_job_model_version": 404,
     "not_a_participant": 409,
     "fenced": 409,
+    "incompatible_worker": 409,
     "not_leader": 503,
     "store_unavailable": 503,
     "lease_contended": 503,

@@ -68,6 +68,9 @@ class RegisterRequest(Request):
                                      pattern=r"^[A-Za-z0-9._:@\-]+$")
     location_id: str = Field(min_length=1, max_length=MAX_ID)
     host: str | None = Field(None, max_length=MAX_ID)
+    # the key-hash functions the worker computes buckets with; absent: a worker from
+    # before per-job key hashes, which knows crc32 only
+    key_hashes: list[str] | None = Field(None, max_length=16)
 
 
 class RegisterResponse(Response):

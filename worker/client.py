@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from grouping.key_hash import KeyHash
+
 log = logging.getLogger("coxswain.worker.client")
 
 
@@ -137,10 +139,21 @@ class CoordinatorClient:
 
     def register(self, processor_id: str | None, location_id: str) -> Registration:
         """Register (or re-register) this processor."""
-        body: dict[str, Any] = {"locationId": location_id}
+        # the hashes this release computes key buckets with: the coordinator refuses a
+        # worker that cannot compute the job's (its buckets would not be the job's)
+        body: dict[str, Any] = {"locationId": location_id,
+                                "keyHashes": [h.value for h in KeyHash]}
         if processor_id:
             body["processorId"] = processor_id
         r = self._call("POST", "/processors", json=body)
+        if r.status_code == 422 and "keyHashes" in r.text:
+            # a coordinator from before per-job key hashes refuses the field; its jobs
+            # are all crc32, which this worker computes (the documented upgrade order:
+            # workers first)
+            log.info("the coordinator predates per-job key hashes: registering without "
+                     "naming ours")
+            del body["keyHashes"]
+            r = self._call("POST", "/processors", json=body)
         self._raise(r)
         d = r.json()
         self._lease_token = str(d["leaseToken"])  # heartbeats, acks, commits carry it

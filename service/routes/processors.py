@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.lifecycle import Coordinator
+from grouping.key_hash import KeyHash
 from service import deps
 from service.auth import LEASE_TOKEN_HEADER, AuthFirstRoute, is_admin, require_worker
 from service.errors import ApiError
@@ -33,13 +34,31 @@ LeaseToken = Annotated[str | None, Header(
 @router.post("/processors", status_code=201, dependencies=[Depends(require_worker)],
              responses={200: {"model": RegisterResponse}, 409: {"model": ErrorBody}})
 async def register(
-    body: RegisterRequest, coordinator: Coord,
+    body: RegisterRequest, coordinator: Coord, request: Request,
     settings: Annotated[Settings, Depends(deps.settings)],
 ) -> JSONResponse:
     """Register a processor (201), or renew the same live one at the same location (200).
     The answer's ``leaseToken`` identifies this incarnation: its heartbeats, acks, commits
     and leave carry it (header ``Coxswain-Lease-Token``); a registration issues a new one
-    and fences the previous."""
+    and fences the previous. 409 ``incompatible_worker`` when the worker names the
+    key hashes it computes (``keyHashes``) and the job's is not among them: its key
+    buckets would not be the job's, and records would reach the wrong tasks. A worker
+    that names none is accepted (the REST contract predates the field) and, on a job
+    whose hash is not crc32, warned about in the log."""
+    job_hash = coordinator.key_hash()
+    if body.key_hashes is not None and job_hash.value not in body.key_hashes:
+        raise ApiError(409, "incompatible_worker", (
+            f"this job's key buckets use {job_hash.value}, and this worker computes "
+            f"{', '.join(body.key_hashes) or 'none'}: upgrade the worker"))
+    warned: set[str] = request.app.state.undeclared_key_hashes
+    if body.key_hashes is None and job_hash is not KeyHash.CRC32 \
+            and (body.processor_id or "") not in warned:
+        warned.add(body.processor_id or "")  # once per processor, not per registration
+        log.warning("processor %s registered without naming the key hashes it computes: "
+                    "a Coxswain worker from before per-job key hashes computes crc32 and "
+                    "would process the wrong keys' records of this %s job above factor "
+                    "1; upgrade it", body.processor_id or "(unnamed)", job_hash.value,
+                    extra={"reason": "undeclared_key_hashes"})
     lease, created, token = await coordinator.register(body.processor_id, body.location_id,
                                                        body.host)
     latest = coordinator.latest
