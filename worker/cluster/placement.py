@@ -191,7 +191,12 @@ class Placement:
         anchor.count()  # cached now, one partition per free core: spread over executors
         if old is not None:
             old.unpersist()
-        held = holders(self._spark, anchor.id(), slots)
+        try:
+            held = holders(self._spark, anchor.id(), slots)
+        except Exception as e:  # (Spark internals: never fail a batch over a hint)
+            log.warning("where the placement RDD's slots are cached is unknown (%s): "
+                        "every executor counted as holding one", e)
+            held = now
         idle = now - held
         made_at = time.monotonic()
         for executor in idle:
