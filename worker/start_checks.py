@@ -61,13 +61,18 @@ def broker_topics(bootstrap: Brokers, timeout_s: float = BROKER_TIMEOUT_S) -> di
     return {name: len(t.partitions) for name, t in metadata.topics.items()}
 
 
+def closest(topic: str, topics: Mapping[str, int]) -> str:
+    """The (up to three) topic names closest to ``topic``, for a hint; "" for none."""
+    return ", ".join(difflib.get_close_matches(topic, sorted(topics), n=3))
+
+
 def check_output_topic(topics: Mapping[str, int], topic: str, where: str) -> None:
     """:class:`OutputTopicMissing`, naming the closest topics, when ``topic`` is not one
     of ``topics`` (the broker at ``where``'s)."""
     if topic in topics:
         return
-    close = difflib.get_close_matches(topic, sorted(topics), n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else "."
+    close = closest(topic, topics)
+    hint = f"; did you mean {close}?" if close else "."
     raise OutputTopicMissing(
         f"the output topic {topic!r} does not exist on the Kafka broker at {where}{hint} "
         "Create it first (the worker does not create topics), e.g. with the AdminClient "
@@ -90,8 +95,8 @@ def check_input_topics(topics: Mapping[str, int], inputs: Sequence[Mapping[str, 
                         "the job waits for it", topic, where)
             continue
         if topic not in topics:
-            close = difflib.get_close_matches(topic, sorted(topics), n=3)
-            hint = f" (it has {', '.join(close)})" if close else ""
+            close = closest(topic, topics)
+            hint = f" (it has {close})" if close else ""
             raise StartCheckFailed(
                 f"the job's input topic {topic!r} does not exist on the Kafka broker at "
                 f"{where}{hint}: the worker and its coordinator must use the same Kafka "
