@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 from bench.mini_http import MiniConnection
-from bench.rebalance_scale import backend_args, cpu_seconds
+from bench.rebalance_scale import backend_args
 from common.tls import ClientTls
+from service.local.ports import cpu_seconds
 from tests.infra.certs import make_certs
 from tests.service.server import Server
 

@@ -52,19 +52,13 @@ from typing import Any
 import httpx
 
 from bench.mini_http import HttpError, MiniConnection
+from service.local.ports import cpu_seconds
 from service.local.zookeeper import ZooKeeperEnsemble
 from tests.infra.postgres import PostgresServer
 from tests.service.server import Server
 
 HEARTBEAT_S = 2.0
 VERSION_HEAD = re.compile(rb'\{"version":(\d+),')  # how every job model answer starts
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def rss_mb(pid: int) -> float:

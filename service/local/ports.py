@@ -1,5 +1,6 @@
-"""Free loopback ports, waiting for a local HTTP service, and stopping a process by its
-pid (with everything it started, for a process that leads its own process group)."""
+"""Free loopback ports, waiting for a local HTTP service, a process's CPU time, and
+stopping a process by its pid (with everything it started, for a process that leads its
+own process group)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user + system CPU time process ``pid`` has used (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

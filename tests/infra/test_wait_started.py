@@ -61,7 +61,7 @@ def test_a_start_that_does_not_return_stops_the_process(tmp_path: Path, ending: 
 def test_a_starting_coordinators_progress_is_its_cpu_time() -> None:
     """What tests/service/server.py waits on past its answer timeout: a process that
     keeps getting CPU (a starved machine's slow imports) is still starting."""
-    from tests.service.server import cpu_seconds
+    from service.local.ports import cpu_seconds
 
     proc = subprocess.Popen([sys.executable, "-c",
                              "import time\nt = time.process_time()\n"

@@ -13,19 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from service.local.ports import free_port, wait_until_answering
+from service.local.ports import cpu_seconds, free_port, wait_until_answering
 
 #: how long a coordinator that keeps getting CPU may take to answer (a starved machine)
 STARVED_START_S = 180.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """The CPU time process ``pid`` has used (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
