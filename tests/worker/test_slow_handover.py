@@ -2,22 +2,16 @@
 whose batch in flight outlasts the barrier timeout many times over (a process_batch app,
 which cannot be cut short, 10 s a batch, as on a starved machine) reports handing over
 in its heartbeats, and the leader extends the barrier for it instead of dropping it; it
-keeps its lease (registered once) and every record is processed once. Then the same
-with the machine starved for real: a rescale while ``stress-ng --cpu 8`` runs beside the
-two workers (four hogs per core here; started once both are up, stopped by pid once the
-barrier is over, so that it costs the rest of the suite seconds, not minutes)."""
+keeps its lease (registered once) and every record is processed once."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from service.local.kafka import LocalKafka
-from service.local.ports import stop_process_group
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
     Producing,
@@ -39,10 +33,9 @@ def test_a_worker_handing_over_past_the_barrier_timeout_is_waited_for_not_droppe
     producing = Producing(kafka, topic)
     producing.send(100)
     # the barrier times out after 3 s, a batch of w0 takes 10 s: the join's version
-    # finds w0 in a batch, and its hand-over outlasts the timeout. The leader extends it
-    # for a processor whose last heartbeat (one a second) is at most 3 intervals old
+    # finds w0 in a batch, and its hand-over outlasts the timeout
     server = coordinator_for(start_server, kafka, topic, "--barrier-timeout-ms", "3000",
-                             "--barrier-max-ms", "120000", "--heartbeat-interval-ms", "1000",
+                             "--barrier-max-ms", "120000", "--heartbeat-interval-ms", "500",
                              "--lease-ttl-ms", "20000")
     slow = {"BATCH_SLEEP_S": "10"}
     workers = {"w0": start_worker(tmp_path, server.url, kafka, output, "w0",
@@ -65,26 +58,6 @@ def test_a_worker_handing_over_past_the_barrier_timeout_is_waited_for_not_droppe
                 time.sleep(0.5)
             # it completed (w0 acked once its batch was over): no version after it
             assert (status["barrier"], status["latestVersion"]) == ("done", joined), status
-            # a rescale beside CPU hogs: both workers hand tasks over while starved
-            hogs = subprocess.Popen(["stress-ng", "--cpu", "8", "--timeout", "180"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True)
-            try:
-                time.sleep(2)  # the hogs at full load
-                producing.send(20)
-                assert c.post("/scale", json={"elasticityFactor": 2}).status_code == 202
-                scaled = c.get("/jobmodel").json()["version"]
-                deadline = time.monotonic() + 180
-                while (status := c.get("/status").json())["barrier"] == "pending":
-                    assert time.monotonic() < deadline, "the rescale's barrier never ended"
-                    assert all(w.poll() is None for w in workers.values())
-                    producing.send(5)
-                    time.sleep(1)
-                loaded = os.getloadavg()[0]
-            finally:
-                stop_process_group(hogs, grace_s=10)
-            assert (status["barrier"], status["latestVersion"]) == ("done", scaled), status
-            print(f"the rescale's barrier ended at load {loaded:.1f}")
         producing.send(100)
         wait_output(kafka, output, producing.total, timeout_s=240)
     finally:
@@ -92,10 +65,9 @@ def test_a_worker_handing_over_past_the_barrier_timeout_is_waited_for_not_droppe
     log = server.log()
     assert "still handing over" in log, log[-3000:]  # the barrier was extended for w0
     assert "dropping silent processors" not in log, log[-3000:]
-    for pid in workers:  # neither lost its lease, loaded or not
-        text = (tmp_path / f"{pid}.log").read_text()
-        assert text.count(f"registered as {pid}") == 1, text[-3000:]
-        assert "lease lost" not in text, text[-3000:]
+    w0 = (tmp_path / "w0.log").read_text()
+    assert w0.count("registered as w0") == 1, w0[-3000:]
+    assert "lease lost" not in w0, w0[-3000:]
     records = read_all(kafka, output)
     seen = [(r["key"], r["seq"]) for r in records]
     assert len(seen) == len(set(seen)) == producing.total  # each record once
