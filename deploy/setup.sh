@@ -136,13 +136,15 @@ PY
 if [ "${1:-}" = "--dev" ]; then
     install dev
     # Debian packages of the services the tests start themselves (wrk for bench/api.py,
-    # chromium for the status page test, podman for the container images)
+    # chromium for the status page test, stress-ng for the CPU hogs of a test on a starved
+    # machine, podman for the container images)
     missing=()
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
     [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
     command -v wrk >/dev/null || missing+=(wrk)
     command -v mvn >/dev/null || missing+=(maven)
     command -v chromium >/dev/null || missing+=(chromium)  # the status page test
+    command -v stress-ng >/dev/null || missing+=(stress-ng)  # a rescale beside CPU hogs
     # the container image test: podman with what it recommends (buildah, fuse-overlayfs,
     # uidmap: the set verified here), mmdebstrap for the Debian base image
     containers=()

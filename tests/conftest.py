@@ -63,6 +63,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         # never beside the builds' CPU (the ``beside`` tests' process excepted: it is
         # meant to share the machine with the end-to-end tests)
         background.wait(item.config)
+    if item.get_closest_marker(beside.ALONE) is not None:
+        background.wait_all(item.config)  # the machine to itself: the other lane is done
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -193,6 +193,11 @@ class Background:
             self.waited_s = time.monotonic() - began
             self._waited_at = began - self._started
 
+    def wait_all(self) -> None:
+        """Until every job is done (or stopped), the second lane's included."""
+        for thread in self._threads:
+            thread.join()
+
     def close(self) -> None:
         """Stop what still runs and discard what every job made. Idempotent."""
         if self._closed:
@@ -244,6 +249,14 @@ def wait(config: pytest.Config) -> None:
     background = config.stash.get(BACKGROUND, None)
     if background is not None:
         background.wait()
+
+
+def wait_all(config: pytest.Config) -> None:
+    """Until every background job is done, those the end-to-end tests do not wait for
+    included: for a test that loads the machine itself (``alone``)."""
+    background = config.stash.get(BACKGROUND, None)
+    if background is not None:
+        background.wait_all()
 
 
 def summary(config: pytest.Config) -> list[str]:

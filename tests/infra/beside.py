@@ -14,6 +14,10 @@ Both processes share the machine, as on a loaded host: a test marked ``beside`` 
 its ports, names and folders so that another test's cannot meet them (the session's
 services do), and every end-to-end test already passes beside ``stress-ng --cpu 4``.
 A run of ``beside`` tests alone (``pytest tests/chaos``) runs them here as usual.
+
+A test marked ``alone`` loads the machine itself (CPU hogs): beside the other lane it
+would starve that lane's timing, so it runs last, here, once the second process is done
+(its stand-ins wait for it; ``tests/conftest.py`` waits for every background job too).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import pytest
 from tests.infra import background
 
 MARK = "beside"
+#: the tests that run last, with the machine to themselves
+ALONE = "alone"
 LANE = "beside"
 #: set in the second process: there the tests run (and nothing more is started beside)
 IN_LANE = "COXSWAIN_TEST_BESIDE"
@@ -159,16 +165,22 @@ def plan(session: pytest.Session) -> list[background.Job]:
     job that runs them is returned (none in the second process itself)."""
     if in_lane() or session.config.option.collectonly:
         return []
+    alone = [item for item in session.items if item.get_closest_marker(ALONE)]
+    if alone:  # last, whatever else the run holds
+        session.items[:] = [i for i in session.items if i not in alone] + alone
     marked = [item for item in session.items if item.get_closest_marker(MARK)]
     if not marked or len(marked) == len(session.items):
         return []
     job = lane_job([item.nodeid for item in marked], Path(str(session.config.rootpath)))
-    kept = [item for item in session.items if not item.get_closest_marker(MARK)]
+    assert not any(item.get_closest_marker(ALONE) for item in marked), \
+        "a test is marked both beside and alone"
+    kept = [item for item in session.items
+            if not item.get_closest_marker(MARK) and item not in alone]
     moved: list[pytest.Item] = []
     for item in marked:
         assert item.parent is not None
         stand_in = BesideItem.from_parent(item.parent, name=item.name, job=job)
         stand_in.own_markers.extend(item.own_markers)  # the module's: from the parent
         moved.append(stand_in)
-    session.items[:] = kept + moved
+    session.items[:] = kept + moved + alone
     return [job]

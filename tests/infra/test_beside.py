@@ -21,16 +21,30 @@ def pytest_collection_finish(session):
     if not beside.in_lane():
         background.start(session, beside.plan(session))
 
+def pytest_runtest_setup(item):
+    if item.get_closest_marker(beside.ALONE) is not None:
+        background.wait_all(item.config)
+
 def pytest_sessionfinish(session):
     background.stop(session)
 """
 
 TESTS = """
 import os
+import time
 import pytest
 def pid_of(name):
     with open(name + ".pid", "w") as f:
         f.write(str(os.getpid()))
+
+def at(name):
+    with open(name + ".at", "w") as f:
+        f.write(repr(time.time()))
+
+@pytest.mark.alone
+def test_alone_first_in_the_file():
+    at("alone")
+    pid_of("alone")
 
 def test_here():
     pid_of("here")
@@ -38,7 +52,9 @@ def test_here():
 @pytest.mark.beside
 def test_beside_passes():
     pid_of("passes")
+    time.sleep(1)
     print("printed beside")
+    at("passes")
 
 @pytest.mark.beside
 @pytest.mark.parametrize("n", [1])
@@ -54,7 +70,7 @@ def test_beside_skips():
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_lane.py").write_text(TESTS)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    beside: x\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    beside: x\n    alone: y\n")
     env = {k: v for k, v in os.environ.items() if k not in (beside.IN_LANE, beside.REPORT)}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
@@ -68,13 +84,17 @@ def test_beside_tests_run_in_a_second_process_and_report_here_as_themselves(
     out = run(tmp_path)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
-    assert "1 failed, 2 passed, 1 skipped" in text, text
+    assert "1 failed, 3 passed, 1 skipped" in text, text
     assert "FAILED test_lane.py::test_beside_fails[1]" in text, text
     assert "wrong n beside" in text, text  # the second process's own failure report
     assert "not here" in text, text
     assert text.count("printed beside") == 1, text  # its output, reported here (-rA)
     here, passes = ((tmp_path / f"{n}.pid").read_text() for n in ("here", "passes"))
     assert here != passes  # another process ran it
+    # the test marked alone ran last, here, once the second process was done
+    assert (tmp_path / "alone.pid").read_text() == here
+    assert float((tmp_path / "alone.at").read_text()) > float(
+        (tmp_path / "passes.at").read_text())
 
 
 def test_beside_tests_alone_run_in_the_runs_own_process(tmp_path: Path) -> None:
