@@ -32,6 +32,15 @@ def default_target_s(api: str) -> float:
 
 #: the first batch's records when the user set no ceiling (raised or lowered from there)
 FIRST_LIMIT = 1000
+#: the same for batches cut short by time (``--api task``): a backlog's first batch reads
+#: up to this many records at once and is cut at its steered duration
+#: (:data:`TIME_CUT_SHARE`), so its size costs no wait; it then measures what fits in a
+#: batch, where a probe of :data:`FIRST_LIMIT` ramped up over several batches, paying a
+#: batch's fixed cost each (bench/peer.py: 4 batches for a backlog of 100 000)
+FIRST_TIMED_LIMIT = 100_000
+#: a batch whose tasks can be cut (``worker.cuts``) is cut once it ran this share of its
+#: steered duration: an outlier or a first batch never runs far over it
+TIME_CUT_SHARE = 1.25
 #: a batch with at least this share of the limit counts as full
 FULL = 0.9
 #: full batches remembered for the fit of a batch's fixed cost
@@ -64,6 +73,7 @@ class BatchSize:
     limit: int = FIRST_LIMIT
     samples: tuple[tuple[int, float], ...] = ()  # recent full batches: (records, seconds)
     fixed_s: float = 0.0  # a batch's fixed cost, fitted on ``samples``
+    timed_cuts: bool = False  # whether a batch running long is cut (``cut_after_s``)
 
     def __post_init__(self) -> None:
         if not self.target_s > 0:
@@ -77,13 +87,48 @@ class BatchSize:
         fixed cost would otherwise take more than :data:`MAX_FIXED_SHARE` of it."""
         return max(self.target_s, self.fixed_s / MAX_FIXED_SHARE)
 
+    @property
+    def cut_after_s(self) -> float | None:
+        """When a batch running long is cut short (None: batches are not cut by time)."""
+        return TIME_CUT_SHARE * self.steering_s if self.timed_cuts else None
 
-def start(target_s: float, ceiling: int | None) -> BatchSize:
+
+def start(target_s: float, ceiling: int | None, timed_cuts: bool = False) -> BatchSize:
     """The first batch's size: :data:`FIRST_LIMIT`, or the ceiling when lower (a high
     ceiling is where the limit may grow to, not where it starts: a first batch of a
-    million records would hold every change up for as long as it runs)."""
-    first = FIRST_LIMIT if ceiling is None else min(ceiling, FIRST_LIMIT)
-    return BatchSize(target_s, ceiling, first)
+    million records would hold every change up for as long as it runs). With
+    ``timed_cuts`` (batches cut short at :attr:`BatchSize.cut_after_s`) a first batch
+    cannot run long: it starts at :data:`FIRST_TIMED_LIMIT`."""
+    first = FIRST_TIMED_LIMIT if timed_cuts else FIRST_LIMIT
+    if ceiling is not None:
+        first = min(ceiling, first)
+    return BatchSize(target_s, ceiling, first, timed_cuts=timed_cuts)
+
+
+def after_time_cut(size: BatchSize, processed: int, seconds: float,
+                   warming: bool = False) -> BatchSize:
+    """The size after a batch was cut short for running long, having processed about
+    ``processed`` of its records in ``seconds``: a direct measure of what fits in the
+    steered duration, taken as it is (the limit was too high by more than
+    :data:`TIME_CUT_SHARE`: a damped step down would cut batch after batch). It is
+    proportional: the next batch may run over by a fifth of the fixed cost, and the
+    usual steering takes over from there. Not a sample of the fixed cost's fit.
+
+    ``warming``: the query's first batch, whose time holds Spark's warm-up (seconds of
+    Python workers starting, the app's imports): what it processed fits in a batch at
+    least, and the usual ramp grows the limit from there."""
+    if processed < 0 or seconds <= 0 or not math.isfinite(seconds):
+        return size
+    if processed == 0:  # cut before its tasks got through a record (reading took it all)
+        limit = max(1, round(size.limit / MAX_GROWTH))
+    else:
+        limit = max(1, round(processed * size.steering_s / seconds))
+        if warming:
+            limit = max(limit, processed)
+    limit = min(limit, size.limit)  # it ran long at this limit: never above it
+    if size.ceiling is not None:
+        limit = min(limit, size.ceiling)
+    return replace(size, limit=limit)
 
 
 def fixed_cost(samples: tuple[tuple[int, float], ...]) -> float | None:

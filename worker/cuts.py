@@ -95,6 +95,24 @@ def piece_bounds(rows: int, pieces: int, minimum: int = MIN_PIECE) -> list[tuple
     return [(i, min(rows, i + size)) for i in range(0, rows, size)]
 
 
+def processed_records(ranges: Mapping[tuple[str, int], tuple[int, int]],
+                      left: Mapping[tuple[str, str, int], int],
+                      tasks: Mapping[tuple[str, int], Iterable[str]]) -> int:
+    """About how many records of a batch cut short its tasks processed: per partition
+    read ``[from, to)``, its records times the mean share of the range its tasks got
+    through (``left``: where each stopped; a task that left nothing got through it
+    all). A task's rows are its key bucket's, spread over the range like the rest."""
+    done = 0.0
+    for (topic, partition), (begin, end) in ranges.items():
+        if end <= begin:
+            continue
+        shares = [(min(end, max(begin, left.get((task, topic, partition), end))) - begin)
+                  / (end - begin) for task in tasks.get((topic, partition), ())]
+        if shares:
+            done += (end - begin) * sum(shares) / len(shares)
+    return round(done)
+
+
 def of_batch(reports: Reports, batch_id: int) -> dict[tuple[str, str, int], int]:
     """Batch ``batch_id``'s reports: (task, topic, partition) -> first offset left."""
     return {(task, t, p): o for (b, task, t, p), o in reports.items() if b == batch_id}

@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 
 from worker.batch_size import (
     FIRST_LIMIT,
+    FIRST_TIMED_LIMIT,
     MAX_FIXED_SHARE,
     MAX_GROWTH,
+    TIME_CUT_SHARE,
     BatchSize,
     after_batch,
+    after_time_cut,
     default_target_s,
     start,
 )
@@ -115,3 +118,56 @@ def test_batches_that_cannot_be_cut_default_to_a_short_target() -> None:
     # user's function, so a handover waits for it whole: 8 s would be 8 s of handover
     assert default_target_s("task") == 8.0
     assert default_target_s("batch") == 1.0
+
+
+@given(targets, ceilings)
+def test_batches_cut_by_time_start_from_a_backlogs_share_not_a_probe(
+        target: float, ceiling: int | None) -> None:
+    size = start(target, ceiling, timed_cuts=True)
+    assert size.limit == (FIRST_TIMED_LIMIT if ceiling is None
+                          else min(ceiling, FIRST_TIMED_LIMIT))
+    assert size.cut_after_s == pytest.approx(TIME_CUT_SHARE * size.steering_s)
+    assert start(target, ceiling).cut_after_s is None  # (--api batch: never cut)
+
+
+@settings(max_examples=500)
+@given(targets, st.floats(0.0, 0.5), st.floats(1e-6, 0.05), st.none() | st.integers(50, 10**6))
+def test_a_first_batch_cut_for_time_lands_the_next_near_the_target_at_once(
+        target: float, fixed: float, per_record: float, ceiling: int | None) -> None:
+    """A first batch too big to finish is cut at ``cut_after_s`` having processed what
+    fit: the next batch's limit is the measured fit, within the target (never above the
+    limit it ran long at, nor the ceiling), with no ramp of several batches."""
+    size = start(target, ceiling, timed_cuts=True)
+    cut_after = size.cut_after_s
+    assert cut_after is not None
+    if fixed + per_record * size.limit <= cut_after:
+        return  # it would not be cut: steered as before
+    processed = max(0, int((cut_after - fixed) / per_record))
+    after = after_time_cut(size, processed, cut_after)
+    assert 1 <= after.limit <= size.limit
+    if processed == 0:  # nothing got through: a smaller batch next (never the same again)
+        assert after.limit < size.limit or size.limit == 1
+        return
+    assert ceiling is None or after.limit <= ceiling
+    # the next batch takes about the steered duration: over it by at most the share of
+    # the fixed cost the proportional measure leaves out, most of it when records
+    # dominate
+    took = fixed + per_record * after.limit
+    assert took <= size.steering_s * 1.01 + fixed * (1 - 1 / TIME_CUT_SHARE) + per_record
+    if fixed <= 0.1 * target and per_record <= 0.05 * target:  # (whole records)
+        assert took >= 0.7 * size.steering_s
+
+
+@given(st.integers(1, FIRST_TIMED_LIMIT), st.floats(0.5, 60.0))
+def test_a_first_batch_cut_while_spark_warmed_up_keeps_at_least_what_it_processed(
+        processed: int, seconds: float) -> None:
+    size = start(2.0, None, timed_cuts=True)
+    warm = after_time_cut(size, processed, seconds, warming=True)
+    assert warm.limit >= min(processed, size.limit)
+    assert warm.limit >= after_time_cut(size, processed, seconds).limit
+
+
+def test_a_time_cut_without_a_measure_changes_nothing() -> None:
+    size = start(8.0, None, timed_cuts=True)
+    assert after_time_cut(size, -1, 10.0) == size
+    assert after_time_cut(size, 100, float("nan")) == size

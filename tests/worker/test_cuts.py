@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from worker.cut_signals import signal_path
-from worker.cuts import CutPlan, CutReports, of_batch, piece_bounds, pieces_for
+from worker.cuts import (
+    CutPlan,
+    CutReports,
+    of_batch,
+    piece_bounds,
+    pieces_for,
+    processed_records,
+)
 from worker.runtime.contexts import TaskContext
 from worker.runtime.task_api import _partition_runner
 
@@ -122,3 +129,26 @@ def test_a_stateful_task_cut_short_snapshots_the_state_of_what_it_processed(
     assert reports.value == {(2, "A", "orders", 0): 40}
     with TaskStore(snapshot_dir(state, "A", "1000-1")) as snap:
         assert snap.get(b"k", "n") == 40
+
+
+@given(st.dictionaries(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3)),
+                       st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)),
+                       max_size=6),
+       st.integers(1, 4), st.data())
+def test_a_cut_batchs_processed_records_are_its_tasks_shares_of_their_ranges(
+        ranges: dict[tuple[str, int], tuple[int, int]], factor: int, data: st.DataObject,
+) -> None:
+    """Between none and every record read; every record when no task left any, none
+    when each stopped at its range's start; more as any task gets further."""
+    ranges = {k: (min(v), max(v)) for k, v in ranges.items()}
+    tasks = {k: [f"{k[0]}{k[1]}_{b}" for b in range(factor)] for k in ranges}
+    read = sum(end - begin for begin, end in ranges.values())
+    assert processed_records(ranges, {}, tasks) == read
+    nothing = {(t, *k): ranges[k][0] for k, ts in tasks.items() for t in ts}
+    assert processed_records(ranges, nothing, tasks) == 0
+    left = {(t, *k): data.draw(st.integers(ranges[k][0], ranges[k][1]))
+            for k, ts in tasks.items() for t in ts}
+    done = processed_records(ranges, left, tasks)
+    assert 0 <= done <= read
+    further = {spot: min(offset + 1, ranges[spot[1:]][1]) for spot, offset in left.items()}
+    assert processed_records(ranges, further, tasks) >= done

@@ -7,6 +7,7 @@ duplicates nothing, and with state every count is exact (count == seq + 1)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -85,3 +86,37 @@ def test_a_change_cuts_the_batches_in_flight_and_loses_or_repeats_nothing(
         last[r["key"]] = r["seq"]
     for pid in ("w0", "w1"):
         assert queries_started(tmp_path, pid) == [1]
+
+
+def test_a_backlogs_first_batch_reads_it_whole_and_is_cut_at_its_target(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """No probe of a few records and ramp: the first batch of a worker (no ceiling)
+    reads the whole backlog, is cut once it ran past its target (2 s here: 4 ms a
+    record, 2 000 records over 2 tasks would take 4 s), and the next batches are sized
+    from what it got through; every record once, per key in order."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(2000)
+    server = coordinator_for(start_server, kafka, topic)
+    worker = start_worker(tmp_path, server.url, kafka, output, "w0", "--api", "task",
+                          "--output-topic", output, "--target-batch-ms", "2000",
+                          app="tests.worker.apps:slow_echo_task", no_ceiling=True)
+    try:
+        wait_output(kafka, output, producing.total)
+    finally:
+        stop_workers([worker])
+    log = (tmp_path / "w0.log").read_text()
+    long = re.search(r"cut after ([\d.]+)s for running long, about (\d+) records processed: "
+                     r"batches of (\d+) records", log)
+    assert long, log[-3000:]
+    # it got through part of the backlog, not all of it, nor nothing
+    assert 0 < int(long[2]) < producing.total and 0 < int(long[3]) < producing.total, long[0]
+    records = read_all(kafka, output)
+    seen = Counter((r["key"], r["seq"]) for r in records)
+    assert set(seen) == {(k, s) for k, n in producing.seq.items() for s in range(n)}
+    assert max(seen.values()) == 1, seen.most_common(3)  # a cut repeats nothing
+    last: dict[str, int] = {}
+    for r in records:
+        assert r["seq"] > last.get(r["key"], -1), r
+        last[r["key"]] = r["seq"]

@@ -65,7 +65,10 @@ def read_all(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
 
 def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
                  *extra: str, app: str | None = None, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> subprocess.Popen[bytes]:
+                 cwd: Path | None = None, no_ceiling: bool = False
+                 ) -> subprocess.Popen[bytes]:
+    """A worker process (its log in ``tmp``), reading at most 400 records a batch unless
+    ``no_ceiling`` (the batch size steered from the worker's own default)."""
     log = (tmp / f"{pid}.log").open("ab")
     app = app or ("tests.worker.apps:echo_task" if "--api" in extra
                   else "tests.worker.apps:record_to_topic")
@@ -73,7 +76,7 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", url,
          "--app", app, "--kafka-bootstrap", kafka.bootstrap,
          "--processor-id", pid, "--location", f"host-{pid}", "--spark-master", "local[2]",
-         "--max-offsets-per-trigger", "400", *extra],
+         *([] if no_ceiling else ["--max-offsets-per-trigger", "400"]), *extra],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its JVM in its group
         cwd=cwd,  # another release's source (its modules first on -m's path)
         env={**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap, "OUTPUT_TOPIC": output,

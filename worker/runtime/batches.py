@@ -23,13 +23,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
-from worker.batch_size import BatchSize, after_batch
+from worker.batch_size import BatchSize, after_batch, after_time_cut
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
 from worker.cluster.placement import SLOT, Placement, slot_sql
 from worker.commits import AsyncCommitter
 from worker.cut_signals import CutSignals, Left
-from worker.cuts import CutPlan, CutReports, of_batch, pieces_for
+from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, processed_records
 from worker.output.transactions import Fenced as TransactionFenced
 from worker.output.transactions import TransactionalOutput
 from worker.plan import QueryPlan, sql_string
@@ -138,6 +138,10 @@ class BatchRunner:
         # (``worker.cuts``): the signals, the batch to cut, the reports
         self._signals = cut_signals
         self._cuttable: int | None = None
+        # the batches cut for a change, and for running long (``BatchSize.cut_after_s``):
+        # only the latter measure what fits in a batch
+        self._cut_for_change: int | None = None
+        self._cut_for_time: int | None = None
         self._cut_lock = threading.Lock()
         self._reports: Any = None  # the accumulator, made with the first cuttable batch
         self._planned_under: int | None = None  # the batch in flight's source plan version
@@ -188,10 +192,23 @@ class BatchRunner:
         with self._cut_lock:
             if self._cuttable is None or self._signals is None:
                 return
+            self._cut_for_change = self._cuttable
             try:
                 self._signals.cut(self._cuttable)
             except OSError as e:  # the batch then ends as it would have
                 log.warning("batch %d: not cut (%s)", self._cuttable, e)
+
+    def _cut_long(self, batch_id: int) -> None:
+        """Cut batch ``batch_id`` short for running past its steered duration (a timer's
+        thread; nothing when the batch is over)."""
+        with self._cut_lock:
+            if self._cuttable != batch_id or self._signals is None:
+                return
+            self._cut_for_time = batch_id
+            try:
+                self._signals.cut(batch_id)
+            except OSError as e:
+                log.warning("batch %d: not cut (%s)", batch_id, e)
 
     def retag(self, version: int) -> None:
         """Commit under ``version`` from the next batch boundary on (a newer model that
@@ -337,16 +354,18 @@ class BatchRunner:
                     except Exception as e:
                         log.warning("batch %d: key buckets not counted: %s", batch_id, e)
                 in_tasks = counting and self._buckets is not None and self._buckets.in_tasks
-                cut_short = self._run(batch, batch_id, now, ends, readers,
-                                      per_partition if in_tasks else None) \
-                    if now.starts else False
+                cut_short, timed = self._run(batch, batch_id, now, ends, readers,
+                                             per_partition if in_tasks else None) \
+                    if now.starts else (False, None)
             finally:
                 if persisted:
                     batch.unpersist()
             ended = time.monotonic()
             took = ended - started
-            if plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
-                # a batch cut short says nothing of a full one's duration: not measured
+            if plan.system != "kinesis" and timed is not None:  # it ran long
+                self._resize_cut_long(batch_id, timed, started, ended)
+            elif plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
+                # a batch cut short for a change says nothing of a full one's duration
                 self._resize(0 if cut_short else read, started, ended, under)
             self.busy.record(started, ended)
             # what the batches did (a user's sign of progress): a line per interval
@@ -446,6 +465,23 @@ class BatchRunner:
                 self._size = size
         self._issue(self._size.limit)  # (also back from a first batch's half)
 
+    def _resize_cut_long(self, batch_id: int, processed: int, started: float,
+                         ended: float) -> None:
+        """Steer the next batch on one cut short for running long, having processed
+        about ``processed`` records: what fits in a batch, measured (``after_time_cut``;
+        also a query's first batch: without it, the next would read as much again)."""
+        self._resize(0, started, ended)  # (the gap before it: Spark's part of a trigger)
+        if self._size is None:
+            return
+        warming, self._warm = not self._warm, True
+        seconds = (ended - started) + self._spark_s
+        size = after_time_cut(self._size, processed, seconds, warming)
+        log.info("batch %d: cut after %.1fs for running long, about %d records processed: "
+                 "batches of %d records from now", batch_id, ended - started, processed,
+                 size.limit)
+        self._size = size
+        self._issue(size.limit)
+
     def query_restarted(self) -> None:
         """A new query runs the batches from now on: its first batch warms Spark up
         again, and no gap before it is Spark's part of a trigger."""
@@ -460,8 +496,9 @@ class BatchRunner:
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
              ends: dict[tuple[str, int], int], readers: int,
-             count_buckets_of: Ends | None = None) -> bool:
-        """Process and commit the batch for ``plan``; whether it was cut short. With
+             count_buckets_of: Ends | None = None) -> tuple[bool, int | None]:
+        """Process and commit the batch for ``plan``; whether it was cut short and, when
+        only for running long, about how many records it processed. With
         ``count_buckets_of`` (the batch's records per partition) its tasks count their
         rows as they run them, for the key-bucket counts."""
         states = self._states
@@ -501,6 +538,12 @@ class BatchRunner:
         output: list[Any] = []
         beside: Left | None = None  # the reports the signals' channel carried
         task_rows = self._task_rows() if count_buckets_of is not None else None
+        cut_after = self._size.cut_after_s if self._size is not None else None
+        timer = threading.Timer(cut_after, self._cut_long, (batch_id,)) \
+            if cut is not None and cut_after is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
@@ -509,6 +552,8 @@ class BatchRunner:
                 output.append if self.transactions is not None else None, task_rows,
                 plan.key_hash))
         finally:
+            if timer is not None:
+                timer.cancel()
             if cut is not None:
                 beside = self._uncut(batch_id)
         if task_rows is not None and count_buckets_of is not None \
@@ -526,11 +571,14 @@ class BatchRunner:
                       batch_id, left, beside)
             for spot, offset in beside.items():
                 left[spot] = min(left.get(spot, offset), offset)
+        timed: int | None = None
         if left:
             self._reports.value = {}
             self.cuts += 1
             log.info("batch %d: cut short, %d tasks left records for the next batch",
                      batch_id, len({k[0] for k in left}))
+            if self._cut_for_time == batch_id and self._cut_for_change != batch_id:
+                timed = self._processed(plan, left)
         self._done = advanced(self._done, plan, ends, left)
         checkpoints = plan.commit(ends, left)
         if left:
@@ -557,7 +605,19 @@ class BatchRunner:
             self.committer.submit(plan.version, checkpoints, checkpoint_id, tuple(output))
         except (Fenced, LeaseLost) as e:
             self._refused(e)
-        return bool(left)
+        return bool(left), timed
+
+    def _processed(self, plan: QueryPlan, left: Left) -> int | None:
+        """About how many records the batch in flight processed before it was cut
+        (``cuts.processed_records``; None: its ranges are not known)."""
+        ranges = {split_key(k): (int(r["from"]), int(r["to"]))
+                  for k, r in self._ranges_read.items()}
+        if not ranges:
+            return None
+        tasks: dict[tuple[str, int], list[str]] = {}
+        for s in plan.starts:
+            tasks.setdefault((s.topic, s.partition), []).append(s.task)
+        return processed_records(ranges, left, tasks)
 
     def _task_rows(self) -> Any:
         """The accumulator a batch's tasks add their rows per task to, emptied."""

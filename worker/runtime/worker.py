@@ -91,7 +91,8 @@ class Worker:
             self._over, config.max_commit_delay_s,
             config.trigger_interval_s, lambda: self.processor_id, self._query.apply,
             batch_size.start(config.target_batch_s or batch_size.default_target_s(config.api),
-                             config.max_offsets_per_trigger),
+                             config.max_offsets_per_trigger,
+                             timed_cuts=config.api == "task"),  # (cuts: process_task's)
             self._query.batch_offsets, self._query.limit, self._signals,
             (lambda planned: read_ranges(spark, config.kafka, reader_group,
                                          planned))
