@@ -15,6 +15,17 @@ and backs it up. Rows (medians of ``--runs``):
 * first backup of a child (its own snapshot uploaded: from then on it needs no parent
   blob);
 * merge, on a new host: the factor-1 task built from both children's snapshots.
+
+    .venv/bin/python -m bench.rescale_state --space [--mb 1000] [--batches 24]
+
+instead measures the space a split leaves behind (issue #52): the parent's state, split
+on its host into both children (linked files cut by range deletions: each child's
+folder names the parent's whole files), then ``--batches`` batches of each child
+(``--updates`` of its own keys rewritten a batch, committed, compacted by the batch's
+bounded slice, snapshotted and backed up as a worker does). After each: the disk the
+children's folders take (a file linked twice counted once) against the state they hold,
+and one child's alone against its half (as on a host of its own), until the range
+deletions' files are compacted away.
 """
 
 from __future__ import annotations
@@ -32,13 +43,14 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch
 
+from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
 from service.local.s3 import CREDENTIALS, LocalS3
 from worker.state.keys import LEGACY
 from worker.state.restore import open_live
 from worker.state.snapshot import snapshot_dir, task_dir
 from worker.state.store import TaskStore
-from worker.state.tasks import StateConfig, TaskStates, new_checkpoint_id
+from worker.state.tasks import StateConfig, TaskStates, new_checkpoint_id, task_state
 
 VALUE_BYTES = 1024
 
@@ -125,6 +137,57 @@ def run_once(url: str, endpoint: str | None, root: Path, mb: int, layout: str
     return out
 
 
+def disk_bytes(folders: list[Path]) -> int:
+    """The bytes of every file under ``folders``, each inode once (snapshots and the
+    children's stores share files by hard links)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for folder in folders:
+        for f in folder.rglob("*"):
+            if f.is_file():
+                st = f.stat()
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_size
+    return total
+
+
+def space_run(root: Path, mb: int, batches: int, updates: int) -> list[str]:
+    """Space over a split's children's batches (``--space``): one row per batch."""
+    home = TaskStates(StateConfig(root / "home", f"file://{root / 'blobs'}", None))
+    write_parent(home, mb, "bucket")
+    parent = held(home, "P", -1, "1000-1")
+    home.restore({f"C{c}": {"inputOffsets": offsets(c), "stateSources": [
+        {**parent, "elasticityFactor": 2, "keyBuckets": [c], "nullKeys": c == 0,
+         "keyHash": KEY_HASH.value}]} for c in (0, 1)})
+    for c in (0, 1):
+        held(home, f"C{c}", c, new_checkpoint_id())
+    keys = mb * 1024 * 1024 // VALUE_BYTES
+    sample = [f"customer-{i}" for i in range(0, keys, max(1, keys // (20 * updates)))]
+    own = {c: [k for k in sample if key_bucket(k.encode(), 0, 2, KEY_HASH) == c]
+           for c in (0, 1)}
+    held_mb = keys * VALUE_BYTES / 1e6
+    rows = []
+    children = [task_dir(home.state_dir, f"C{c}") for c in (0, 1)]
+    for n in range(batches + 1):
+        started = time.perf_counter()
+        if n:
+            for c in (0, 1):
+                cid = new_checkpoint_id()
+                with task_state(str(home.state_dir), f"C{c}", cid, KEY_HASH) as store:
+                    opened = store()
+                    for j in range(updates):
+                        key = own[c][(n * updates + j) % len(own[c])]
+                        opened.set_bytes(key, "profile", os.urandom(VALUE_BYTES))
+                held(home, f"C{c}", c, cid)
+        took = time.perf_counter() - started
+        used = disk_bytes(children) / 1e6
+        alone = disk_bytes(children[:1]) / 1e6  # a child on a host of its own: its half
+        rows.append(f"| {mb:6} | {n:5} | {took:6.2f} | {used:9.1f} | {used / held_mb:6.2f} "
+                    f"| {alone:9.1f} | {alone / (held_mb / 2):6.2f} |")
+    return rows
+
+
 def measure(name: str, store: Callable[[], tuple[str, str | None]], mb: int, runs: int,
             layout: str) -> list[str]:
     samples: dict[str, list[tuple[float, int]]] = {}
@@ -154,7 +217,25 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", choices=("bucket", "legacy"),
                         default=["bucket", "legacy"])
     parser.add_argument("--no-s3", action="store_true", help="the folder blob store only")
+    parser.add_argument("--space", action="store_true",
+                        help="the space a split's children take over their batches")
+    parser.add_argument("--batches", type=int, default=24)
+    parser.add_argument("--updates", type=int, default=1000, help="keys a batch rewrites")
     args = parser.parse_args()
+    if args.space:
+        print(f"load average {os.getloadavg()[0]:.2f}; a split's children, "
+              f"{args.updates} keys rewritten per child and batch\n")
+        print("| MB     | batch | both s | both MB   | x held | C0 MB     | x half |")
+        print("|--------|-------|--------|-----------|--------|-----------|--------|")
+        for mb in args.mb:
+            root = Path(tempfile.mkdtemp(prefix="coxswain-bench-space-"))
+            try:
+                for line in space_run(root, mb, args.batches, args.updates):
+                    print(line, flush=True)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        print(f"\nload average {os.getloadavg()[0]:.2f} at end")
+        return
     print(f"load average {os.getloadavg()[0]:.2f}; {args.mb} MB of state, median of "
           f"{args.runs} runs\n")
     print("| MB     | layout | blob | step                                   | seconds | "
