@@ -115,3 +115,52 @@ def test_a_processor_removed_by_a_version_without_processors_is_fenced_by_the_ne
     tmp_path: Path,
 ) -> None:
     asyncio.run(_all_gone(tmp_path))
+
+
+async def _all_timed_out(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    upgrade(engine)
+    config = CoordinatorConfig(inputs=(SSP("kafka", "orders", 0), SSP("kafka", "orders", 1)),
+                               debounce_s=0.05)
+    clock = FakeClock()
+    coordinator = Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"), clock)
+    await coordinator.start()
+    try:
+        for pid in ("p1", "p2", "p3"):
+            await coordinator.register(pid, f"h-{pid}", None)
+        v1 = await rebalanced(coordinator)
+        for pid in ("p1", "p2", "p3"):
+            await coordinator.ack(v1.version, pid)
+        assert await coordinator.leave("p3")
+        v2 = await rebalanced(coordinator)
+        assert v2.config[FENCED] == ["p3"]
+        # neither participant acks (so neither fenced p3): the barrier times out
+        clock.t += config.barrier_timeout_s + 1
+        await coordinator._keeper.timeout(v2.version)
+        v3 = await rebalanced(coordinator)
+        # a timed-out barrier makes no version active (the next is built from v1, which
+        # still has p3); both dropped, v3 has no processors: done by no one, it hands
+        # its list on
+        assert v3.config[FENCED] == ["p1", "p2", "p3"] and not v3.containers
+        for pid in ("p1", "p2"):  # heard of again (their leases had expired meanwhile)
+            await coordinator.register(pid, f"h-{pid}", None)
+        v4 = await rebalanced(coordinator)
+        assert v4.config[FENCED] == ["p3"], v4.config  # nobody fenced it yet
+        for pid in ("p1", "p2"):
+            await coordinator.ack(v4.version, pid)
+        assert coordinator.active is not None and coordinator.active.version == v4.version
+        await coordinator.register("p5", "h-p5", None)
+        v5 = await rebalanced(coordinator)
+        assert FENCED not in v5.config  # fenced by v4's participants, who acked it
+    finally:
+        await coordinator.stop()
+
+
+def test_a_barrier_every_participant_timed_out_at_leaves_its_list_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """Nobody acked the version that removed p3 (so nobody fenced it): the next
+    version is built from the newest *completed* one, which still has p3, and a
+    version without processors hands its list on, until a barrier whose participants
+    fenced p3 completes."""
+    asyncio.run(_all_timed_out(tmp_path))
