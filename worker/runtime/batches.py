@@ -638,6 +638,8 @@ class BatchRunner:
         batch_s = self._size.steering_s if self._size is not None else 1.0
         with self._cut_lock:
             self._cuttable = batch_id
+            # (a restarted query runs a batch id again: no earlier cut of it counts)
+            self._cut_for_change = self._cut_for_time = None
         stale = (self._planned_under is not None
                  and self._planned_under < self.running.source.version)
         if stale or self.boundary.waiting:
