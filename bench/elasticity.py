@@ -12,6 +12,8 @@ the key), as a Python user's producer has it; ``--key-hashes`` runs each factor 
 each job key hash (issue #47: crc32, the hash of that partitioner, against xxhash64),
 and every run prints how many of its tasks got records.
 
+($COXSWAIN_BENCH_LOGS: a folder to keep each worker's log in.)
+
 Run: python -m bench.elasticity [--records 16000] [--keys 10000] [--factors 1 2 4 8]
      [--key-hashes xxhash64 crc32] [--worker-args '--target-batch-ms 5000']
      [--checkout OLD_CHECKOUT] [--no-plain]
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -170,6 +173,10 @@ def coxswain(kafka: LocalKafka, source: str, factor: int, n: int, tmp: Path,
     finally:
         stop_process_group(worker, grace_s=60)
         server.stop()
+        logs = os.environ.get("COXSWAIN_BENCH_LOGS")  # where to keep the worker's log
+        if logs:
+            Path(logs).mkdir(parents=True, exist_ok=True)
+            shutil.copy(data / "worker.log", Path(logs) / f"{data.name}-worker.log")
 
 
 def plain_spark(kafka: LocalKafka, source: str, n: int, min_partitions: int | None,
