@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,17 +49,21 @@ def test_a_stop_takes_the_jobs_process_group_along_and_discards_what_it_made() -
     discarded: list[bool] = []
     child_pid: list[int] = []
 
+    # a duration no other test's sleeper has (the suite's other process runs its own
+    # tests meanwhile: one found another test's ``sleep 300``, which this stop leaves)
+    nap = f"300.{uuid.uuid4().int % 10**6:06d}"
+
     def sleeper(runner: Runner) -> Any:
         # a process whose child sleeps: both are in the job's process group
         return runner.run([sys.executable, "-c",
-                           "import subprocess, sys; p = subprocess.Popen(['sleep', '300']);"
+                           f"import subprocess, sys; p = subprocess.Popen(['sleep', '{nap}']);"
                            " print(p.pid, flush=True); p.wait()"], timeout_s=300)
 
     job = Job("sleeper", sleeper, discard=discarded.append)
     background = Background([job]).start()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # until the child runs
-        found = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep 300"]
+        found = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == f"sleep {nap}"]
         if found:
             child_pid.append(int(found[0]))
             break
