@@ -446,9 +446,7 @@ class BatchRunner:
 
         Measured as it ends, the batch steers the very next one: measured a batch later
         (with the gap after it), a backlog's ramp lost a batch of fixed cost per step."""
-        last_end, self._last_end = self._last_end, ended
-        if last_end is not None and 0.0 <= started - last_end < self._idle_gap_s:
-            self._spark_s = started - last_end
+        self._measure_gap(started, ended)
         if self._size is None:
             return
         if records > 0:
@@ -465,12 +463,19 @@ class BatchRunner:
                 self._size = size
         self._issue(self._size.limit)  # (also back from a first batch's half)
 
+    def _measure_gap(self, started: float, ended: float) -> None:
+        """Spark's part of a trigger: the gap between the last batch's end and this
+        one's start, when they ran back to back (``_resize``)."""
+        last_end, self._last_end = self._last_end, ended
+        if last_end is not None and 0.0 <= started - last_end < self._idle_gap_s:
+            self._spark_s = started - last_end
+
     def _resize_cut_long(self, batch_id: int, processed: int, started: float,
                          ended: float) -> None:
         """Steer the next batch on one cut short for running long, having processed
         about ``processed`` records: what fits in a batch, measured (``after_time_cut``;
         also a query's first batch: without it, the next would read as much again)."""
-        self._resize(0, started, ended)  # (the gap before it: Spark's part of a trigger)
+        self._measure_gap(started, ended)
         if self._size is None:
             return
         warming, self._warm = not self._warm, True
@@ -607,13 +612,15 @@ class BatchRunner:
             self._refused(e)
         return bool(left), timed
 
-    def _processed(self, plan: QueryPlan, left: Left) -> int | None:
+    def _processed(self, plan: QueryPlan, left: Left) -> int:
         """About how many records the batch in flight processed before it was cut
-        (``cuts.processed_records``; None: its ranges are not known)."""
+        (``cuts.processed_records``). Its ranges unknown (the offset log unread): 0, so
+        the next batch is smaller (``after_time_cut``): left unmeasured, the limit would
+        stay where it ran long, and every batch would be cut and read again."""
         ranges = {split_key(k): (int(r["from"]), int(r["to"]))
                   for k, r in self._ranges_read.items()}
         if not ranges:
-            return None
+            return 0
         tasks: dict[tuple[str, int], list[str]] = {}
         for s in plan.starts:
             tasks.setdefault((s.topic, s.partition), []).append(s.task)
