@@ -88,19 +88,23 @@ def test_a_change_cuts_the_batches_in_flight_and_loses_or_repeats_nothing(
         assert queries_started(tmp_path, pid) == [1]
 
 
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["plain", "exactly-once"])
 def test_a_backlogs_first_batch_reads_it_whole_and_is_cut_at_its_target(
-    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path, exactly_once: bool,
 ) -> None:
     """No probe of a few records and ramp: the first batch of a worker (no ceiling)
     reads the whole backlog, is cut once it ran past its target (2 s here: 4 ms a
     record, 2 000 records over 2 tasks would take 4 s), and the next batches are sized
-    from what it got through; every record once, per key in order."""
+    from what it got through; every record once, per key in order (with exactly-once
+    output: a cut batch's transaction holds what its tasks processed, read as
+    ``read_committed``)."""
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(2000)
     server = coordinator_for(start_server, kafka, topic)
     worker = start_worker(tmp_path, server.url, kafka, output, "w0", "--api", "task",
                           "--output-topic", output, "--target-batch-ms", "2000",
+                          *(["--exactly-once"] if exactly_once else []),
                           app="tests.worker.apps:slow_echo_task", no_ceiling=True)
     try:
         wait_output(kafka, output, producing.total)
