@@ -14,7 +14,15 @@ coordinator's CPU share while the fleet only heartbeats (and long-polls), and it
 resident memory with the model and its indexes.
 
 Run: python -m bench.rebalance_scale [--processors 1000] [--partitions 25000] [--factor 4]
-[--backend sqlite|zookeeper]
+[--backend sqlite|zookeeper] [--no-factor] [--record]
+
+It ends with the leader's generation time (``/status`` ``lastRebalance.generationSeconds``,
+the model's computation) of the leaves and joins at the starting size, as a ratio to the
+figure recorded in ``bench/recorded/rebalance_scale.json`` for the same shape (``--record``
+writes this run's): a regression shows at once. ``--no-factor`` leaves the factor changes
+out, so every leave and join is at the starting size (the bisect's measure; with them, the
+median of three leaves is the larger of the two at 100k tasks). Compare the generation
+with Kafka's UniformAssignor (``../shared/bench-anchors/``) run in the same session.
 Targets: beyond the debounce, < 1 s to barrier done for a leave or a join on SQLite, < 2 s
 on ZooKeeper; heartbeats of 1000 processors every 2 s cost under 25% of one core.
 
@@ -58,6 +66,8 @@ from tests.infra.postgres import PostgresServer
 from tests.service.server import Server
 
 HEARTBEAT_S = 2.0
+#: the generation figures a run is compared with (``--record`` writes them)
+RECORDED = Path(__file__).with_name("recorded") / "rebalance_scale.json"
 VERSION_HEAD = re.compile(rb'\{"version":(\d+),')  # how every job model answer starts
 
 
@@ -205,7 +215,10 @@ async def cycle(name: str, fleet: Fleet, admin: httpx.AsyncClient, server: Serve
     out = {"publishedS": published - t0, "allReceivedS": max(got.values()) - t0,
            "barrierDoneS": done_at - t0, "megabytes": fleet.bytes.get(version, 0) / 1e6,
            "cpuS": cpu_seconds(server.proc.pid) - cpu0,  # type: ignore[union-attr]
-           "generationS": st["lastRebalance"]["generationSeconds"]}
+           "generationS": st["lastRebalance"]["generationSeconds"],
+           # (rendering the answers' JSON and the wait for the state lock; a coordinator
+           # from before 2026-11-29 counted them in generationSeconds)
+           "prepareS": st["lastRebalance"].get("prepareSeconds", 0.0)}
     print(f"  {name:14s} " + "  ".join(f"{k} {v:.3f}" for k, v in out.items())
           + f"  (client errors so far: {dict(fleet.errors) or 'none'})", flush=True)
     return out
@@ -240,6 +253,8 @@ async def run(args: argparse.Namespace, server: Server) -> dict[str, list[dict[s
             ids.append(newcomer)
             results["join"].append(await cycle(
                 "join", fleet, admin, server, lambda n=newcomer: fleet.join(n), len(ids)))
+            if args.no_factor:
+                continue
             factor = factor * 2 if i % 2 == 0 else factor // 2
 
             async def scale(f: int = factor) -> None:
@@ -276,6 +291,12 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--quiet-s", type=float, default=20.0)
     p.add_argument("--backend", choices=["sqlite", "zookeeper"], default="sqlite")
+    p.add_argument("--no-factor", action="store_true",
+                   help="only leaves and joins, all at the starting size (the bisect's and "
+                        "the regression check's measure: every leave at 100k tasks)")
+    p.add_argument("--record", action="store_true",
+                   help=f"write this run's generation medians to {RECORDED} as the figure "
+                        "later runs are compared with")
     p.add_argument("--log-level", default="WARNING",
                    help="the coordinator's (INFO logs each publication and barrier end)")
     args = p.parse_args()
@@ -295,8 +316,43 @@ def main() -> None:
     print(f"\n{args.processors} processors, {args.partitions} partitions x factor "
           f"{args.factor} (debounce 200 ms, {args.backend}); medians of {args.runs}:")
     print(json.dumps({name: {k: round(statistics.median(r[k] for r in runs), 3)
-                             for k in runs[0]} for name, runs in results.items()}, indent=1))
+                             for k in runs[0]} for name, runs in results.items() if runs},
+                     indent=1))
     print(f"load average after: {os.getloadavg()}")
+    compare_with_recorded(results, args)
+
+
+def generation_medians(results: dict[str, list[dict[str, float]]], factor: int,
+                       runs: int, no_factor: bool) -> dict[str, float]:
+    """The leader's generation seconds of the leaves and joins at the starting size (with
+    factor changes, the even runs' ones: the odd runs' follow the factor's doubling)."""
+    def at_start(rows: list[dict[str, float]]) -> list[float]:
+        return [r["generationS"] for i, r in enumerate(rows) if no_factor or i % 2 == 0]
+    return {f"{name}GenerationS": round(statistics.median(at_start(results[name])), 4)
+            for name in ("leave", "join") if at_start(results[name])}
+
+
+def compare_with_recorded(results: dict[str, list[dict[str, float]]],
+                          args: argparse.Namespace) -> None:
+    """Print this run's leave and join generation times against the recorded figure (a
+    regression shows at once), and record them with ``--record``."""
+    now = generation_medians(results, args.factor, args.runs, args.no_factor)
+    shape = {"processors": args.processors, "partitions": args.partitions,
+             "factor": args.factor, "backend": args.backend}
+    recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else None
+    if recorded is not None and recorded.get("shape") == shape:
+        for key, value in now.items():
+            before = recorded["figures"].get(key)
+            if before:
+                print(f"{key}: {value * 1000:.1f} ms, {value / before:.2f}x the recorded "
+                      f"{before * 1000:.1f} ms ({recorded.get('note', '')})")
+    elif recorded is not None:
+        print(f"(recorded figures are for {recorded.get('shape')}: not compared)")
+    if args.record:
+        note = f"{time.strftime('%Y-%m-%d')}, load {os.getloadavg()[0]:.1f}, {args.runs} runs"
+        RECORDED.write_text(json.dumps({"shape": shape, "figures": now, "note": note},
+                                       indent=1) + "\n")
+        print(f"recorded in {RECORDED}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ job-model JSON (``processor-id``, ``task-name``, ``system-stream-partitions``,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import json.encoder
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from grouping.errors import JobModelFormatError
@@ -198,8 +199,34 @@ CONTAINER_JSON = "container-json"
 
 
 def container_json_text(container: ContainerModel) -> str:
-    """A container's compact JSON (API.md form), in its tasks' order."""
-    return json.dumps(container_model_to_json(container), separators=(",", ":"))
+    """A container's compact JSON (API.md form), in its tasks' order: the text
+    ``json.dumps(container_model_to_json(container), separators=(",", ":"))`` gives,
+    written out directly. Every container a leave or join changes is rendered again
+    before its version is published (100 of them for one of 1000 processors leaving a
+    100k-task job), and building the dicts for ``json.dumps`` first cost three times
+    as much."""
+    quote = _quote  # json.dumps of a str, without its per-call overhead
+    streams: dict[tuple[str, str], str] = {}  # a container's tasks share a few streams
+    tasks = []
+    for name, task in container.tasks.items():
+        ssps = []
+        for ssp in task.ssps:
+            stream = streams.get((ssp.system, ssp.stream))
+            if stream is None:
+                stream = streams[(ssp.system, ssp.stream)] = (
+                    '{"system":' + quote(ssp.system) + ',"stream":' + quote(ssp.stream)
+                    + ',"partition":')
+            ssps.append(f'{stream}{ssp.partition:d},"keyBucket":{ssp.key_bucket:d}}}')
+        quoted = quote(name)
+        tasks.append(f'{quoted}:{{"taskName":{quoted},"systemStreamPartitions":['
+                     f'{",".join(ssps)}],"changelogPartition":{task.changelog_partition:d},'
+                     f'"taskMode":"{task.mode.value}"}}')
+    return ('{"processorId":' + quote(container.processor_id) + ',"locationId":'
+            + quote(container.location_id) + ',"tasks":{' + ",".join(tasks) + "}}")
+
+
+#: a str's JSON text as ``json.dumps`` writes it (ASCII, escaped), in C
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 def container_texts(model: JobModel) -> Mapping[str, str]:

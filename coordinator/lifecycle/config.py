@@ -58,12 +58,16 @@ class CoordinatorConfig:
 
 @dataclass(frozen=True, slots=True)
 class RebalanceRecord:
-    """Why and when a version was generated."""
+    """Why and when a version was generated, and what it took: ``generation_seconds`` the
+    model's computation (grouping and assignment: what an assignor's figure is), and
+    ``prepare_seconds`` what the leader then did before publishing it (rendering the
+    answers' JSON, and waiting for the state lock)."""
 
     version: int
     reason: str
     at: float
     generation_seconds: float
+    prepare_seconds: float = 0.0
 
 
 class LifecycleObserver(Protocol):

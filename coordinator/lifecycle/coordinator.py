@@ -539,9 +539,11 @@ class Coordinator:
         if fenced:  # exactly-once output: who the participants fence before acking
             extra = {**extra, FENCED: fenced}
         version = (previous.version if previous is not None else 0) + 1
-        started = time.perf_counter()
+        took = [0.0]
+
         def generate() -> GeneratedJobModel:
             with self._generation_scope():
+                started = time.perf_counter()
                 generated = self._generator.generate(
                     version, inputs, grouper_by_name(self.config.grouper), factor,
                     processors, previous=previous, task_locality=locality, task_lags=lags,
@@ -549,14 +551,16 @@ class Coordinator:
                     max_elasticity_factor=self.config.max_elasticity_factor,
                     extra_config=extra,
                 )
+                took[0] = time.perf_counter() - started
                 if self._prepare is not None:
                     self._prepare(generated.job_model)
             return generated
 
+        began = time.perf_counter()
         generated = await asyncio.to_thread(generate)
         async with self._lock:
-            return await self._publish(reason, previous, generated,
-                                       time.perf_counter() - started)
+            return await self._publish(reason, previous, generated, took[0],
+                                       time.perf_counter() - began - took[0])
 
     async def _index_for_next(self, model: JobModel) -> None:
         async with self._generation:  # after any generation under way, never beside one
@@ -571,7 +575,7 @@ class Coordinator:
 
     async def _publish(
         self, reason: str, previous: JobModel | None, generated: GeneratedJobModel,
-        seconds: float,
+        seconds: float, prepare_seconds: float = 0.0,
     ) -> JobModel | None:
         version = generated.job_model.version
         model = generated.job_model
@@ -606,11 +610,12 @@ class Coordinator:
         self._versions.keep(model)
         await self._io(lambda: self._store.watch(BARRIERS, f"{version:020d}",
                                                  self._barrier_watch(version)))
-        self.rebalances.append(RebalanceRecord(version, reason, now, seconds))
+        self.rebalances.append(RebalanceRecord(version, reason, now, seconds, prepare_seconds))
         tasks = sum(len(c.active_tasks) for c in model.containers.values())
         self._observer.job_model_generated(reason, seconds, tasks)
-        log.info("published job model version %d (%s): %d tasks on %d processors in %.3fs",
-                 version, reason, tasks, len(model.containers), seconds,
+        log.info("published job model version %d (%s): %d tasks on %d processors, generated "
+                 "in %.3fs, rendered in %.3fs", version, reason, tasks, len(model.containers),
+                 seconds, prepare_seconds,
                  extra={"reason": reason, "version": version})
         if barrier.state is BarrierState.DONE:
             await self._keeper.done(barrier)

@@ -99,7 +99,8 @@ async def status(coordinator: Coord, request: Request) -> dict[str, Any]:
         "monitoredInputs": inputs,
         "lastRebalance": None if last is None else {
             "version": last.version, "reason": last.reason, "at": last.at,
-            "generationSeconds": last.generation_seconds},
+            "generationSeconds": last.generation_seconds,
+            "prepareSeconds": last.prepare_seconds},
     }
 
 

@@ -4,6 +4,7 @@ preparation (the service pauses the collector there and freezes the new model)."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,3 +90,29 @@ def test_a_model_is_indexed_for_the_next_generation_once_its_barrier_is_done(
     # a generation (entered, prepared, left), then the index (entered and left)
     assert events.count("enter") == events.count("exit") > sum(
         e.startswith("prepare ") for e in events) >= 1
+
+
+def test_a_rebalance_records_its_generation_apart_from_its_preparation(
+        tmp_path: Path) -> None:
+    # /status's generationSeconds is the model's computation (what an assignor's figure
+    # is); rendering the answers and waiting for the lock are prepareSeconds
+    async def scenario() -> tuple[float, float]:
+        engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+        upgrade(engine)
+        config = CoordinatorConfig(inputs=tuple(SSP("kafka", "orders", p) for p in range(4)),
+                                   debounce_s=60)
+        coordinator = Coordinator(config, SqlMetadataStore(engine), EmbeddedLeader("r1"),
+                                  SystemClock(), prepare=lambda _: time.sleep(0.5))
+        await coordinator.start()
+        try:
+            await coordinator.register("p1", "h1", None)
+            await rebalanced(coordinator)
+            last = coordinator.last_rebalance
+            assert last is not None
+            return last.generation_seconds, last.prepare_seconds
+        finally:
+            await coordinator.stop()
+
+    generation, preparation = asyncio.run(scenario())
+    assert preparation >= 0.5
+    assert 0 < generation < preparation
