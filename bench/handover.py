@@ -145,7 +145,9 @@ class Rig:
 
 
 def produce(kafka: LocalKafka, topic: str, n: int, keys: int = 2000) -> None:
-    p = Producer({"bootstrap.servers": kafka.bootstrap,
+    # idempotent: a retried send on a loaded machine must not write a record twice (a
+    # counting app would then count it twice)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True,
                   "linger.ms": 20, "log_level": 2})
     seq: dict[str, int] = {}
     for i in range(n):
@@ -159,12 +161,16 @@ def produce(kafka: LocalKafka, topic: str, n: int, keys: int = 2000) -> None:
 
 def feeder(kafka: LocalKafka, topic: str, rate: float, stop: threading.Event,
            sent: list[int]) -> None:
-    """Records at ``rate``/s until ``stop``; ``sent[0]``: how many so far."""
-    p = Producer({"bootstrap.servers": kafka.bootstrap,
+    """Records at ``rate``/s until ``stop``, each key's values its sequence numbers (a
+    counting app's count is then seq + 1); ``sent[0]``: how many so far."""
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True,
                   "log_level": 2})
+    seq: dict[str, int] = {}
     while not stop.wait(0.1):
         for _ in range(max(1, int(rate / 10))):
-            p.produce(topic, key=f"k{sent[0] % 2000}".encode(), value=b"0")
+            key = f"k{sent[0] % 2000}"
+            seq[key] = seq.get(key, -1) + 1
+            p.produce(topic, key=key.encode(), value=str(seq[key]).encode())
             sent[0] += 1
         p.poll(0)
     p.flush()
