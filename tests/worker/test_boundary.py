@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from worker.batch_size import BatchSize, start
-from worker.plan import QueryPlan, SspStart
+from worker.plan import EARLIEST, LATEST, QueryPlan, SspStart
 from worker.runtime.batches import BatchRunner
 from worker.runtime.boundary import BatchBoundary
 from worker.runtime.handover import NotAStatefulJob, check_stateful
@@ -184,6 +184,22 @@ def test_the_first_batch_running_gained_tasks_reads_half_the_steered_limit() -> 
         assert issued == [400, 200]  # (between batches: applied at once)
         runner._resize(200, started=10.0, ended=10.5)  # the batch with the gained tasks
         assert issued == [400, 200, 400]
+    finally:
+        runner.committer.close(0.1)
+
+
+def test_tasks_of_a_new_job_read_their_backlog_whole_in_their_first_batch() -> None:
+    """Tasks without a checkpoint (a new job, starting at the earliest or latest offset)
+    had no output before: their first batch is not shortened for it."""
+    issued: list[int | None] = []
+    runner = steered_runner(start(1.0, 400), issued)
+    try:
+        runner.add(QueryPlan(1, 2, (SspStart("Partition 0_0_2", "orders", 0, 0, EARLIEST),
+                                    SspStart("Partition 0_1_2", "orders", 0, 1, LATEST)), ()))
+        assert issued == [400]
+        # one of them resuming from a checkpoint (a handover): shortened
+        runner.add(QueryPlan(2, 2, (SspStart("Partition 1_0_2", "orders", 1, 0, 7),), ()))
+        assert issued == [400, 200]
     finally:
         runner.committer.close(0.1)
 

@@ -32,7 +32,7 @@ from worker.cut_signals import CutSignals, Left
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, processed_records
 from worker.output.transactions import Fenced as TransactionFenced
 from worker.output.transactions import TransactionalOutput
-from worker.plan import QueryPlan, sql_string
+from worker.plan import EARLIEST, LATEST, QueryPlan, sql_string
 from worker.running import (
     Running,
     add,
@@ -175,10 +175,12 @@ class BatchRunner:
 
         def change() -> Running:
             self.running = add(self.running, new, self.read, self._done)
-            if self._size is not None:
+            if self._size is not None and _resumes(new):
                 # the gained tasks' first output comes at the end of the first batch
                 # that runs them: half a batch gets it there sooner (the next one is
-                # steered as before)
+                # steered as before). Tasks that start without a checkpoint (a new job:
+                # nobody wrote their output before) read their backlog whole instead,
+                # as plain Spark's first batch does
                 share = min(FIRST_BATCH_SHARE, FIRST_BATCH_S / self._size.steering_s)
                 self._issue(max(1, int(self._size.limit * share)))
             return self.running
@@ -680,6 +682,12 @@ class BatchRunner:
         if behind is not None:
             self._behind = behind
         return stats
+
+def _resumes(plan: QueryPlan) -> bool:
+    """Whether a task of ``plan`` goes on from a checkpoint (a handover, a restart: its
+    output was being written), rather than from where a new job starts."""
+    return any(s.start not in (EARLIEST, LATEST) for s in plan.starts)
+
 
 def _measured(batch: DataFrame, kinesis: bool) -> tuple[Ends, Ends, Ends]:
     """A batch's ends, generations and records per partition, by a Spark job over its
