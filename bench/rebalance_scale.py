@@ -322,8 +322,8 @@ def main() -> None:
     compare_with_recorded(results, args)
 
 
-def generation_medians(results: dict[str, list[dict[str, float]]], factor: int,
-                       runs: int, no_factor: bool) -> dict[str, float]:
+def generation_medians(results: dict[str, list[dict[str, float]]], no_factor: bool
+                       ) -> dict[str, float]:
     """The leader's generation seconds of the leaves and joins at the starting size (with
     factor changes, the even runs' ones: the odd runs' follow the factor's doubling)."""
     def at_start(rows: list[dict[str, float]]) -> list[float]:
@@ -336,7 +336,7 @@ def compare_with_recorded(results: dict[str, list[dict[str, float]]],
                           args: argparse.Namespace) -> None:
     """Print this run's leave and join generation times against the recorded figure (a
     regression shows at once), and record them with ``--record``."""
-    now = generation_medians(results, args.factor, args.runs, args.no_factor)
+    now = generation_medians(results, args.no_factor)
     shape = {"processors": args.processors, "partitions": args.partitions,
              "factor": args.factor, "backend": args.backend}
     recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else None

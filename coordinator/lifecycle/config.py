@@ -67,7 +67,7 @@ class RebalanceRecord:
     reason: str
     at: float
     generation_seconds: float
-    prepare_seconds: float = 0.0
+    prepare_seconds: float
 
 
 class LifecycleObserver(Protocol):

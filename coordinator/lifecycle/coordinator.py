@@ -539,9 +539,9 @@ class Coordinator:
         if fenced:  # exactly-once output: who the participants fence before acking
             extra = {**extra, FENCED: fenced}
         version = (previous.version if previous is not None else 0) + 1
-        took = [0.0]
-
-        def generate() -> GeneratedJobModel:
+        def generate() -> tuple[GeneratedJobModel, float]:
+            """The new model and the seconds its computation took (its preparation
+            after it is not part of them)."""
             with self._generation_scope():
                 started = time.perf_counter()
                 generated = self._generator.generate(
@@ -551,16 +551,16 @@ class Coordinator:
                     max_elasticity_factor=self.config.max_elasticity_factor,
                     extra_config=extra,
                 )
-                took[0] = time.perf_counter() - started
+                took = time.perf_counter() - started
                 if self._prepare is not None:
                     self._prepare(generated.job_model)
-            return generated
+            return generated, took
 
         began = time.perf_counter()
-        generated = await asyncio.to_thread(generate)
+        generated, took = await asyncio.to_thread(generate)
         async with self._lock:
-            return await self._publish(reason, previous, generated, took[0],
-                                       time.perf_counter() - began - took[0])
+            return await self._publish(reason, previous, generated, took,
+                                       time.perf_counter() - began - took)
 
     async def _index_for_next(self, model: JobModel) -> None:
         async with self._generation:  # after any generation under way, never beside one
@@ -575,7 +575,7 @@ class Coordinator:
 
     async def _publish(
         self, reason: str, previous: JobModel | None, generated: GeneratedJobModel,
-        seconds: float, prepare_seconds: float = 0.0,
+        seconds: float, prepare_seconds: float,
     ) -> JobModel | None:
         version = generated.job_model.version
         model = generated.job_model

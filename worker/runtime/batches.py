@@ -683,6 +683,7 @@ class BatchRunner:
             self._behind = behind
         return stats
 
+
 def _resumes(plan: QueryPlan) -> bool:
     """Whether a task of ``plan`` goes on from a checkpoint (a handover, a restart: its
     output was being written), rather than from where a new job starts."""
