@@ -54,6 +54,19 @@ def committed(c: httpx.Client, pids: list[str]) -> int:
     return total
 
 
+def wait_committed(c: httpx.Client, pids: list[str], expected: int,
+                   timeout_s: float = 60) -> int:
+    """Wait until the processors' commits cover ``expected`` (every task's next offset
+    summed): output comes before its commit, so a commit may still be on its way when
+    every record is out, and land after a cut that comes next."""
+    deadline = time.monotonic() + timeout_s
+    while (got := committed(c, pids)) != expected:
+        assert got < expected, f"committed {got} past the {expected} produced"
+        assert time.monotonic() < deadline, f"committed {got} of {expected}"
+        time.sleep(0.2)
+    return got
+
+
 def alive(workers: dict[str, Any], tmp: Path) -> None:
     for name, w in workers.items():
         assert w.poll() is None, (tmp / f"{name}.log").read_text()[-4000:]
@@ -108,7 +121,8 @@ def test_blob_store_outages_of_20_and_120_seconds_cost_no_worker_and_no_record(
         wait_output(kafka, output, producing.total)
         with server.client() as c:
             for outage_s in (20, 120):
-                before = committed(c, list(workers))
+                # every task of a partition (F = 2) commits that partition's end
+                before = wait_committed(c, list(workers), 2 * producing.total)
                 seen = len(read_all(kafka, output))  # everything so far is out
                 relay.cut()
                 cut_at = time.monotonic()
