@@ -31,7 +31,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from itertools import compress
 from types import MappingProxyType
 from typing import Any
 
@@ -458,8 +457,11 @@ class _Step:
                 return sorted(key[-1] for key in heapq.nlargest(count, keys))
         if count == 1:
             # the usual case: the last task of the groups the processor holds least of
+            # (units ascend: the first such from the end, found without a full pass)
             least = min(held.values())
-            return [max(compress(units, [held[g] == least for g in unit_groups]))]
+            for i in range(len(units) - 1, -1, -1):
+                if held[unit_groups[i]] == least:
+                    return [units[i]]
         pairs = list(zip([-held[g] for g in unit_groups], units, strict=True))
         return sorted(pair[-1] for pair in heapq.nlargest(count, pairs))
 
@@ -509,7 +511,12 @@ class _Step:
                 changed.add(pid)
         for pid, gone in leaving.items():
             if pid in on_proc:
-                on_proc[pid] = [u for u in on_proc[pid] if u not in gone]
+                if len(gone) == 1:  # the usual give-up: one task, removed at C speed
+                    kept = list(on_proc[pid])
+                    kept.remove(next(iter(gone)))
+                else:
+                    kept = [u for u in on_proc[pid] if u not in gone]
+                on_proc[pid] = kept
                 stateful_on[pid] -= sum(flags[u] for u in gone)
                 changed.add(pid)
         for pid in changed:
@@ -524,11 +531,18 @@ class _Step:
         tasks = x.tasks
         containers: dict[str, ContainerModel] = {}
         names = x.names
+        previous = self.previous.containers
         for pid in pids:
             if pid in changed:
                 us = on_proc[pid]
-                copies = list(map(tasks.__getitem__, us))
                 warm = warm_on.get(pid)
+                if not warm and pid not in arriving and pid in leaving:
+                    # it only gave tasks up: the previous container (no standby copy in
+                    # it, the index is clean) less those, in the same order
+                    containers[pid] = previous[pid].without(
+                        map(names.__getitem__, leaving[pid]))
+                    continue
+                copies = list(map(tasks.__getitem__, us))
                 if warm:
                     copies += [tasks[u].with_mode(TaskMode.STANDBY,
                                                   standby_task_name(names[u], 0))
@@ -538,7 +552,7 @@ class _Step:
                     containers[pid] = ContainerModel.of_sorted(
                         pid, self.processors[pid], map(names.__getitem__, us), copies)
             else:
-                containers[pid] = self.previous.containers[pid]  # unchanged: shared
+                containers[pid] = previous[pid]  # unchanged: shared
         result = AssignmentResult(
             MappingProxyType(containers), probing,
             frozenset((x.names[u], pids[self.placed[u]]) for u in warmups),

@@ -202,6 +202,15 @@ class ContainerModel:
         return ContainerModel(processor_id, location_id,
                               MappingProxyType(dict(zip(names, tasks, strict=True))))
 
+    def without(self, names: Iterable[str]) -> ContainerModel:
+        """This container without the named tasks (every one of them in it); the others
+        keep their order. A processor giving a task up in an incremental rebalance: a
+        copy of its mapping, not a rebuild from its tasks."""
+        tasks = dict(self.tasks)
+        for name in names:
+            del tasks[name]
+        return ContainerModel(self.processor_id, self.location_id, MappingProxyType(tasks))
+
     @property
     def active_tasks(self) -> tuple[TaskModel, ...]:
         """The active task models, in task-name order."""
