@@ -47,8 +47,20 @@ def key_buckets(c: httpx.Client, factor: int, ready: str,
         time.sleep(0.5)
 
 
-def scale(c: httpx.Client, factor: int) -> None:
+def scale(c: httpx.Client, factor: int, timeout_s: float = 120) -> None:
+    """``POST /scale``, then wait until the model at ``factor`` is every worker's (its
+    barrier done): records sent after it are processed, and their buckets counted, under
+    ``factor``. Sent right after the 202, a loaded worker could process them all under
+    the old factor, and the counts to judge under the new one would never come."""
     assert c.post("/scale", json={"elasticityFactor": factor}).status_code == 202
+    deadline = time.monotonic() + timeout_s
+    while True:
+        model = c.get("/jobmodel").json()
+        if int(model["config"].get("elasticityFactor", 1)) == factor \
+                and model["barrier"] == "done":
+            return
+        assert time.monotonic() < deadline, model
+        time.sleep(0.3)
 
 
 def test_a_previous_release_job_keeps_crc32_its_state_splits_and_merges_and_its_empty_buckets_show(
