@@ -86,7 +86,7 @@ def start_worker(tmp: Path, url: str, kafka: LocalKafka, output: str, pid: str,
 def queries_started(tmp: Path, pid: str) -> list[int]:
     """How many Spark queries each process of worker ``pid`` started, from its log (every
     process appends to it, and logs its start once): one per process, or none when it
-    never got a task."""
+    never got a task or a standby copy (a worker's query starts with the first)."""
     runs = (tmp / f"{pid}.log").read_text().split("worker process ")[1:]
     return [len(re.findall(r"query [0-9a-f-]{36} started", r)) for r in runs]
 

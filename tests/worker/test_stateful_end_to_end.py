@@ -261,6 +261,10 @@ def test_a_warm_scale_out_a_graceful_leave_and_a_kill_keep_every_count_exact(
             # the moved tasks started from the warmed-up copies, not from the blob store
             warm = restores_of(c, "w1", lambda r: set(moved) <= set(r))
             assert all(warm[t]["source"] in ("local", "partial") for t in moved), warm
+            # and into a query already running: started with the warm-ups, it did not
+            # start in the moved tasks' pause
+            log = (tmp_path / "w1.log").read_text()
+            assert 0 <= log.find(" started: kafka") < log.find(": starting "), log[-3000:]
             wait_output(kafka, output, producing.total)
 
             workers["w2"] = worker("w2")

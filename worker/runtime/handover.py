@@ -245,6 +245,8 @@ class Handover:
             self._handing_over.end()
         if model["barrier"] != "done" or version != self._acked:
             return
+        if self._query.query is None:
+            self._warm(model)
         # 3. the gained tasks first: their checkpoints are read while the batch in
         # flight runs, and they join (committing every task under this version) as it
         # ends, so the next batch reads them
@@ -256,6 +258,17 @@ class Handover:
             self._plan(model, mine, gained | due)
         if self._runner.running.tasks and self._runner.running.plan.version < version:
             self._runner.retag(version)  # nothing gained: commit under the version in force
+
+    def _warm(self, model: dict[str, Any]) -> None:
+        """A worker holding standby copies and no query yet (it joined, and its tasks
+        warm up here before they move): start the query, reading nothing, so that the
+        tasks do not wait for it when they come."""
+        tasks = model["containers"].get(self._pid, {}).get("tasks", {})
+        for task in tasks.values():
+            if task.get("taskMode") == "Standby":
+                for ssp in task.get("systemStreamPartitions", ()):
+                    self._query.warm(str(ssp["system"]), str(ssp["stream"]))
+                    return
 
     def _ack(self, model: dict[str, Any]) -> None:
         if self._pid not in model["containers"]:
