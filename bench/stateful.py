@@ -5,11 +5,14 @@ what standbys, event-driven probing and state backups cost or save.
   -9 while records flow; seconds from the kill to the first record of its tasks processed
   by the survivor (lease expiry + rebalance + restore + query start), and the bytes its
   restores downloaded; with one standby per task and with none.
-* scale-out: one worker runs all 4 tasks; a second joins and gets warm-ups first (KIP-441);
-  seconds from its join (first job model naming it) to the balanced model (2 actives each,
-  barrier done), with event-driven probing and with the probing timer alone (both with a
-  ``--probing-interval-s`` timer, shortened from the default 10 minutes to keep the run
-  short).
+* scale-out: one worker runs all 4 tasks; a second joins under a steady 100 records/s
+  and gets warm-ups first (KIP-441); seconds from its join (first job model naming it) to
+  the balanced model (2 actives each, barrier done), the longest pause between two
+  outputs of a task that moved (against the same before the join: the batches' own
+  cadence), and the bytes the new worker's restores downloaded; with event-driven probing
+  and with the probing timer alone (both with a ``--probing-interval-s`` timer, shortened
+  from the default 10 minutes to keep the run short). Issue #52's curve: ``--only
+  scale-out --event-only`` at ``--mb 100``, ``1000``, ``4000``.
 * factor change: two workers under a steady load, factor 2 -> 4 -> 2, with and without
   state (the state splits and merges): the steady latency (produce to processing) and the
   worst latency of records produced within 30 s after each change.
@@ -18,6 +21,7 @@ what standbys, event-driven probing and state backups cost or save.
   same app without state; records/s from the first record's processing to the last one's.
 
 Run: .venv/bin/python -m bench.stateful [--mb 40] [--records 20000] [--probing-interval-s 60]
+     [--only failover|scale-out|throughput|factor-change] [--event-only]
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +39,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,8 @@ from service.local.s3 import CREDENTIALS, LocalS3
 from tests.service.server import Server
 
 PROFILE_BYTES = 4096
+#: a standby's fetch in a worker's log (``worker.state.tasks``)
+_FETCHED = re.compile(r"standby (.+?): fetched \S+ \((\d+) bytes\)")
 
 
 def profile_task(ctx: Any, rows: pd.DataFrame) -> pd.DataFrame:
@@ -221,9 +231,29 @@ def failover(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, standbys: int
         job.close()
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleOut:
+    """What one scale-out cost (issue #52's curve)."""
+
+    seconds: float  # the second worker's join (first model naming it) to balanced
+    gap_s: float  # the longest pause between two outputs of a task that moved
+    steady_gap_s: float  # the same before the join (the batches' own cadence)
+    downloaded: int  # bytes the new worker's restores downloaded for its tasks
+    moved: tuple[str, ...]  # the tasks that moved
+
+
+def max_gap(times: list[float]) -> float:
+    """The longest interval between consecutive times (sorted here)."""
+    ordered = sorted(times)
+    return max((b - a for a, b in pairwise(ordered)), default=0.0)
+
+
 def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: float,
-              event_driven: bool) -> float:
-    """Seconds from the second worker's join to the balanced model."""
+              event_driven: bool, logs: Path | None = None) -> ScaleOut:
+    """A second worker joins one that runs every task: seconds from its join to the
+    balanced model, the output gap of the tasks that moved (KIP-441: each keeps running
+    on its old owner while the new one warms up from the blob store), and the bytes the
+    new worker downloaded."""
     keys = mb * 1024 * 1024 // PROFILE_BYTES
     min_interval = 1000 if event_driven else int(probing_s * 1000)
     job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", "--probing-interval-ms",
@@ -232,22 +262,68 @@ def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: fl
     try:
         job.producer.send(keys)
         job.start_worker("w0")
-        wait_output(kafka, job.output, job.producer.total)
+        wait_output(kafka, job.output, job.producer.total, timeout_s=900 + keys / 100)
+        flowing = threading.Event()
+
+        def produce() -> None:  # 100 records/s throughout, joined or not
+            while not flowing.is_set():
+                job.producer.send(50)
+                time.sleep(0.5)
+
+        feeder = threading.Thread(target=produce, daemon=True)
+        feeder.start()
+        time.sleep(10)
+        started = time.time()
         job.start_worker("w1")
-        joined = None
-        deadline = time.monotonic() + 20 * probing_s + 300
-        while time.monotonic() < deadline:
-            job.producer.send(50)
-            time.sleep(0.5)
-            model = job.model()
-            if joined is None and "w1" in model["containers"]:
-                joined = time.monotonic()
-            if len(actives(model, "w1")) == 2 and model["barrier"] == "done":
-                assert joined is not None
-                return time.monotonic() - joined
-        raise RuntimeError("never balanced")
+        joined = balanced = None
+        deadline = time.monotonic() + 20 * probing_s + 300 + keys / 1000
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                model = job.model()
+                if joined is None and "w1" in model["containers"]:
+                    joined = time.monotonic()
+                if len(actives(model, "w1")) == 2 and model["barrier"] == "done":
+                    balanced = time.monotonic()
+                    break
+            if joined is None or balanced is None:
+                raise RuntimeError("never balanced")
+            moved = tuple(actives(model, "w1"))
+            time.sleep(10)  # the moved tasks' output on their new owner
+        finally:
+            flowing.set()
+            feeder.join(30)
+        out = [r for r in read_output(kafka, job.output) if r["task"] in moved]
+        ended = time.time()
+        restores: dict[str, Any] = {}
+        wait_until = time.monotonic() + 60  # stats come with the heartbeat after a batch
+        while not set(moved) <= set(restores) and time.monotonic() < wait_until:
+            time.sleep(1)
+            restores = job.stats("w1").get("stateRestores", {})
+        downloaded = sum(int(restores.get(t, {}).get("bytes", 0)) for t in moved)
+        downloaded += standby_downloads(root / "w1.log", moved)
+        gaps = [max_gap([r["t"] for r in out if r["task"] == t and started <= r["t"] <= ended])
+                for t in moved]
+        steady = [max_gap([r["t"] for r in out if r["task"] == t
+                           and started - 10 <= r["t"] < started]) for t in moved]
+        return ScaleOut(balanced - joined, max(gaps), max(steady), downloaded, moved)
     finally:
         job.close()
+        if logs is not None:  # kept for a look at the handover
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in root.glob("*.log"):
+                shutil.copy(log, logs / f"{root.name}-{log.name}")
+
+
+def standby_downloads(log: Path, tasks: tuple[str, ...]) -> int:
+    """Bytes a worker's standby copies of ``tasks`` fetched (its log's lines: a warm-up
+    is a standby until its task moves, and the move then restores from local files)."""
+    found = 0
+    for line in log.read_text(errors="replace").splitlines():
+        m = _FETCHED.search(line)
+        if m is not None and m.group(1) in tasks:
+            found += int(m.group(2))
+    return found
 
 
 def throughput(kafka: LocalKafka, s3: LocalS3, root: Path, records: int, keys: int,
@@ -311,8 +387,12 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=40, help="state of the job, MB")
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--probing-interval-s", type=float, default=60.0)
+    parser.add_argument("--event-only", action="store_true",
+                        help="scale-out: event-driven probing only (not the timer alone)")
     parser.add_argument("--only", choices=["failover", "scale-out", "throughput",
                                            "factor-change"])
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="a folder to copy the workers' logs to")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     os.environ.update(CREDENTIALS)
@@ -329,13 +409,16 @@ def main() -> None:
                     print(f"| {n} standby | {s:.1f} | {moved / 1e6:.1f} | {source} |",
                           flush=True)
             if args.only in (None, "scale-out"):
-                print(f"\n| scale-out 1 -> 2 workers (timer {args.probing_interval_s:.0f} s) "
-                      "| seconds from join to balanced |\n|---|---|", flush=True)
-                for event in (True, False):
-                    s = scale_out(kafka, s3, root / f"scale-{event}", args.mb,
-                                  args.probing_interval_s, event)
+                print(f"\n| scale-out 1 -> 2 workers, {args.mb} MB (timer "
+                      f"{args.probing_interval_s:.0f} s) | seconds from join to balanced | "
+                      "longest output gap of a moved task, s (steady before) | "
+                      "MB downloaded |\n|---|---|---|---|", flush=True)
+                for event in (True, False)[:1 if args.event_only else 2]:
+                    m = scale_out(kafka, s3, root / f"scale-{event}", args.mb,
+                                  args.probing_interval_s, event, args.logs)
                     print(f"| {'event-driven probing' if event else 'timer alone'} "
-                          f"| {s:.1f} |", flush=True)
+                          f"| {m.seconds:.1f} | {m.gap_s:.2f} ({m.steady_gap_s:.2f}) | "
+                          f"{m.downloaded / 1e6:.0f} |", flush=True)
             if args.only in (None, "throughput"):
                 print("\n| one worker, 2 cores | records/s | x stateless |\n|---|---|---|",
                       flush=True)
