@@ -39,6 +39,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -106,6 +108,25 @@ class Keyed:
             if self.total % 10_000 == 0:
                 self._p.flush(60)
         self._p.flush(60)
+
+
+@contextmanager
+def feeding(producer: Keyed, records: int, every_s: float) -> Iterator[None]:
+    """``records`` sent every ``every_s`` by a thread of its own while the block runs."""
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            producer.send(records)
+            time.sleep(every_s)
+
+    feeder = threading.Thread(target=produce, daemon=True)
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join(30)
 
 
 def read_output(kafka: LocalKafka, topic: str) -> list[dict[str, Any]]:
@@ -195,28 +216,19 @@ def failover(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, standbys: int
         wait_output(kafka, job.output, job.producer.total)
         time.sleep(8)  # standby refreshes after the last commit
         victim = actives(job.model(), "w1")
-        flowing = threading.Event()
-
-        def produce() -> None:
-            while not flowing.is_set():
-                job.producer.send(100)
-                time.sleep(0.25)
-
-        feeder = threading.Thread(target=produce, daemon=True)
-        feeder.start()
-        time.sleep(3)
-        killed_at = time.time()
-        kill_process_group(job.workers["w1"].pid)  # kill -9, its JVM too
-        job.workers["w1"].wait(30)
-        deadline = time.monotonic() + 300
-        resumed = None
-        while resumed is None and time.monotonic() < deadline:
-            time.sleep(1)
-            after = [r["t"] for r in read_output(kafka, job.output)
-                     if r["task"] in victim and r["processor"] == "w0" and r["t"] > killed_at]
-            resumed = min(after) if after else None
-        flowing.set()
-        feeder.join(30)
+        with feeding(job.producer, 100, 0.25):
+            time.sleep(3)
+            killed_at = time.time()
+            kill_process_group(job.workers["w1"].pid)  # kill -9, its JVM too
+            job.workers["w1"].wait(30)
+            deadline = time.monotonic() + 300
+            resumed = None
+            while resumed is None and time.monotonic() < deadline:
+                time.sleep(1)
+                after = [r["t"] for r in read_output(kafka, job.output)
+                         if r["task"] in victim and r["processor"] == "w0"
+                         and r["t"] > killed_at]
+                resumed = min(after) if after else None
         if resumed is None:
             raise RuntimeError("the killed worker's tasks never resumed")
         restores: dict[str, Any] = {}
@@ -263,21 +275,12 @@ def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: fl
         job.producer.send(keys)
         job.start_worker("w0")
         wait_output(kafka, job.output, job.producer.total, timeout_s=900 + keys / 100)
-        flowing = threading.Event()
-
-        def produce() -> None:  # 100 records/s throughout, joined or not
-            while not flowing.is_set():
-                job.producer.send(50)
-                time.sleep(0.5)
-
-        feeder = threading.Thread(target=produce, daemon=True)
-        feeder.start()
-        time.sleep(10)
-        started = time.time()
-        job.start_worker("w1")
-        joined = balanced = None
-        deadline = time.monotonic() + 20 * probing_s + 300 + keys / 1000
-        try:
+        with feeding(job.producer, 50, 0.5):  # 100 records/s throughout, joined or not
+            time.sleep(10)
+            started = time.time()
+            job.start_worker("w1")
+            joined = balanced = None
+            deadline = time.monotonic() + 20 * probing_s + 300 + keys / 1000
             while time.monotonic() < deadline:
                 time.sleep(0.5)
                 model = job.model()
@@ -290,9 +293,6 @@ def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: fl
                 raise RuntimeError("never balanced")
             moved = tuple(actives(model, "w1"))
             time.sleep(10)  # the moved tasks' output on their new owner
-        finally:
-            flowing.set()
-            feeder.join(30)
         out = [r for r in read_output(kafka, job.output) if r["task"] in moved]
         ended = time.time()
         restores: dict[str, Any] = {}
