@@ -251,7 +251,6 @@ class ScaleOut:
     gap_s: float  # the longest pause between two outputs of a task that moved
     steady_gap_s: float  # the same before the join (the batches' own cadence)
     downloaded: int  # bytes the new worker's restores downloaded for its tasks
-    moved: tuple[str, ...]  # the tasks that moved
 
 
 def max_gap(times: list[float]) -> float:
@@ -306,7 +305,7 @@ def scale_out(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, probing_s: fl
                 for t in moved]
         steady = [max_gap([r["t"] for r in out if r["task"] == t
                            and started - 10 <= r["t"] < started]) for t in moved]
-        return ScaleOut(balanced - joined, max(gaps), max(steady), downloaded, moved)
+        return ScaleOut(balanced - joined, max(gaps), max(steady), downloaded)
     finally:
         job.close()
         if logs is not None:  # kept for a look at the handover

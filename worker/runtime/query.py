@@ -1,8 +1,9 @@
 """The worker's one Structured Streaming query, for its whole life: fed by a Coxswain
 source (``worker.sources.kafka``, ``worker.sources.kinesis``) that plans every micro-batch
 from the source plan this module writes whenever the running tasks change. It starts
-once the first tasks are known (they say the input system and, for Kinesis, the stream)
-and is never restarted for a handover."""
+once the first tasks are known (they say the input system and, for Kinesis, the stream),
+or before them with a worker's first standby copies, and is never restarted for a
+handover."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ class SourceQuery:
         self._source = SourcePlan()
         self._max_records: int | None = None
         self._failed: str | None = None  # why the query did not start (until forgotten)
+        # started by warm() for standby copies, no task run in it yet: tasks reading
+        # another input replace it
+        self._warming = False
 
     @property
     def cut_folder(self) -> Path:
@@ -64,7 +68,7 @@ class SourceQuery:
 
     @property
     def query(self) -> Any:
-        """The running StreamingQuery (None before the first tasks)."""
+        """The running StreamingQuery (None before the first tasks or standby copies)."""
         return self._query
 
     def apply(self, running: Running) -> None:
@@ -78,30 +82,39 @@ class SourceQuery:
             return
         stream = plan.starts[0].topic if plan.system == "kinesis" else None
         reads = (plan.system, stream)
-        if self._query is None:
-            if self._failed is not None:
-                return  # dead at its start: nothing starts until it is forgotten
-            try:
-                self._start(reads)
-            except Exception as e:  # (Spark's Python workers, py4j): a query dead at start
-                self._failed = f"the query did not start: {_text(e)}"
-                log.warning("%s", self._failed)
-        elif reads != self._reads:
-            raise ValueError(f"a worker's query reads one input system and one Kinesis "
-                             f"stream: {self._reads} for its life, now {reads}")
+        if self._query is not None and reads != self._reads:
+            if not self._warming:
+                raise ValueError(f"a worker's query reads one input system and one Kinesis "
+                                 f"stream: {self._reads} for its life, now {reads}")
+            # started by :meth:`warm` on a standby copy's input, which is not the tasks'
+            # (a job of several inputs); no task ran in it: theirs is a new one
+            log.info("the query started for standby copies reads %s; the tasks read %s: "
+                     "a new query", self._reads, reads)
+            self.forget()
+        self._warming = False
+        self._start_once(reads)
 
     def warm(self, system: str, stream: str | None) -> None:
         """Start the query before its first tasks, reading nothing yet: a worker that
         holds only standby copies (warm-ups of tasks moving to it, KIP-441) then has its
         query and the source's planner running when the tasks arrive, instead of
         starting them in the moved tasks' pause (2-5 s on a 2-core host). ``system`` and
-        ``stream`` are the copies' (a Kinesis query reads one stream for its life)."""
-        if self._query is not None or self._failed is not None:
+        ``stream`` are the copies' (a Kinesis query reads one stream for its life); tasks
+        that read another get a query of their own (:meth:`apply`)."""
+        if self._query is not None:
             return
         with self._write_lock:
             self._write()  # the plan the source reads: nothing, until tasks come
+        self._start_once((system, stream if system == "kinesis" else None))
+        self._warming = self._query is not None
+
+    def _start_once(self, reads: tuple[str, str | None]) -> None:
+        """Start the query reading ``reads`` unless it runs, or died at its start (then
+        nothing starts until it is forgotten)."""
+        if self._query is not None or self._failed is not None:
+            return
         try:
-            self._start((system, stream if system == "kinesis" else None))
+            self._start(reads)
         except Exception as e:  # (Spark's Python workers, py4j): a query dead at start
             self._failed = f"the query did not start: {_text(e)}"
             log.warning("%s", self._failed)
