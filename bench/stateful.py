@@ -19,9 +19,13 @@ what standbys, event-driven probing and state backups cost or save.
 * throughput: one worker processes ``--records`` pre-produced records with per-key state
   (every record rewrites its key's 4 KB profile; backups to S3 after each batch) and the
   same app without state; records/s from the first record's processing to the last one's.
+* rescale: one task holding ``--mb`` MB on one worker under 100 records/s, split to
+  factor 2 and merged back: the pause of each (the last output before the change to the
+  first output after it, for the same keys). Issue #52's curve: ``--only rescale`` at
+  ``--mb 100``, ``1000``, ``4000``.
 
 Run: .venv/bin/python -m bench.stateful [--mb 40] [--records 20000] [--probing-interval-s 60]
-     [--only failover|scale-out|throughput|factor-change] [--event-only]
+     [--only failover|scale-out|throughput|factor-change|rescale] [--event-only]
 """
 
 from __future__ import annotations
@@ -149,17 +153,18 @@ class Job:
     """A coordinator, its topics, a bucket, and workers started as processes."""
 
     def __init__(self, kafka: LocalKafka, s3: LocalS3, root: Path, keys: int,
-                 *server_args: str, stateful: bool = True) -> None:
+                 *server_args: str, stateful: bool = True, partitions: int = 2,
+                 factor: int = 2) -> None:
         self.kafka, self.s3, self.root = kafka, s3, root
         self.topic, self.output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-        create_topics(kafka.bootstrap, [(self.topic, 2), (self.output, 1)])
+        create_topics(kafka.bootstrap, [(self.topic, partitions), (self.output, 1)])
         self.producer = Keyed(kafka, self.topic, keys)
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
         s3.create_bucket(bucket)
         self.blobs = f"s3://{bucket}/job"
         self.server = Server(root / "coordinator", [
             "--kafka-bootstrap", kafka.bootstrap, "--input", f"kafka.{self.topic}",
-            "--elasticity-factor", "2", "--debounce-ms", "300",
+            "--elasticity-factor", str(factor), "--debounce-ms", "300",
             *(["--stateful"] if stateful else []),
             "--partition-poll-interval-ms", "1000", "--log-level", "WARNING",
             *server_args]).start()
@@ -325,6 +330,72 @@ def standby_downloads(log: Path, tasks: tuple[str, ...]) -> int:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Rescale:
+    """What a factor split and the merge back cost one task of ``--mb`` MB (#52)."""
+
+    split_s: float  # the parent's last output to its slower child's first
+    merge_s: float  # the children's last output to the merged task's first
+    steady_gap_s: float  # the longest gap between two outputs before the split
+
+
+def _task_cell(name: str) -> tuple[int, int, int]:
+    """(partition, key bucket, factor) of a task named ``Partition P_B_F`` (or
+    ``Partition P``: factor 1)."""
+    cell = name.removeprefix("Partition ").split("_")
+    if len(cell) == 1:
+        return int(cell[0]), 0, 1
+    return int(cell[0]), int(cell[1]), int(cell[2])
+
+
+def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | None = None
+            ) -> Rescale:
+    """One task (one partition, factor 1) holding ``mb`` MB on one worker under 100
+    records/s: ``POST /scale`` 2 (the state splits), then 1 (it merges back). The pause
+    of each: the last output of the task(s) before to the first output of the one(s)
+    after, for the same keys (issue #52: flat in the state's size)."""
+    keys = mb * 1024 * 1024 // PROFILE_BYTES
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", partitions=1, factor=1)
+    try:
+        job.producer.send(keys)  # every key once: the state reaches its size
+        job.start_worker("w0")
+        wait_output(kafka, job.output, job.producer.total, timeout_s=900 + keys / 100)
+        changes: dict[int, float] = {}
+        with feeding(job.producer, 50, 0.5):
+            time.sleep(10)
+            for factor in (2, 1):
+                changes[factor] = time.time()
+                httpx.post(f"{job.server.url}/scale", json={"elasticityFactor": factor},
+                           timeout=30).raise_for_status()
+                deadline = time.monotonic() + 600
+                while time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    model = job.model()
+                    if int(model["config"]["elasticityFactor"]) == factor \
+                            and model["barrier"] == "done":
+                        break
+                else:
+                    raise RuntimeError(f"factor {factor} never took over")
+                time.sleep(10)  # the new tasks' output
+        out = read_output(kafka, job.output)
+        factor_of = {name: _task_cell(name)[2] for name in {r["task"] for r in out}}
+        before_merge = [r for r in out if r["t"] < changes[1]]
+        parent_last = max(r["t"] for r in before_merge if factor_of[r["task"]] == 1)
+        split = max(min(r["t"] for r in out if r["task"] == child) - parent_last
+                    for child, f in factor_of.items() if f == 2)
+        children_last = max(r["t"] for r in out if factor_of[r["task"]] == 2)
+        merge = min(r["t"] for r in out if r["t"] >= changes[1]
+                    and factor_of[r["task"]] == 1) - children_last
+        steady = max_gap([r["t"] for r in out if changes[2] - 10 <= r["t"] < changes[2]])
+        return Rescale(split, merge, steady)
+    finally:
+        job.close()
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in root.glob("*.log"):
+                shutil.copy(log, logs / f"{root.name}-{log.name}")
+
+
 def throughput(kafka: LocalKafka, s3: LocalS3, root: Path, records: int, keys: int,
                stateful: bool) -> float:
     job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", stateful=stateful)
@@ -389,7 +460,7 @@ def main() -> None:
     parser.add_argument("--event-only", action="store_true",
                         help="scale-out: event-driven probing only (not the timer alone)")
     parser.add_argument("--only", choices=["failover", "scale-out", "throughput",
-                                           "factor-change"])
+                                           "factor-change", "rescale"])
     parser.add_argument("--logs", type=Path, default=None,
                         help="a folder to copy the workers' logs to")
     args = parser.parse_args()
@@ -418,6 +489,13 @@ def main() -> None:
                     print(f"| {'event-driven probing' if event else 'timer alone'} "
                           f"| {m.seconds:.1f} | {m.gap_s:.2f} ({m.steady_gap_s:.2f}) | "
                           f"{m.downloaded / 1e6:.0f} |", flush=True)
+            if args.only in (None, "rescale"):
+                print(f"\n| one task of {args.mb} MB, one worker, 100 records/s | "
+                      "split 1 -> 2, s | merge 2 -> 1, s | steady gap, s |\n|---|---|---|---|",
+                      flush=True)
+                r = rescale(kafka, s3, root / "rescale", args.mb, args.logs)
+                print(f"| pause (last output before to first after) | {r.split_s:.2f} | "
+                      f"{r.merge_s:.2f} | {r.steady_gap_s:.2f} |", flush=True)
             if args.only in (None, "throughput"):
                 print("\n| one worker, 2 cores | records/s | x stateless |\n|---|---|---|",
                       flush=True)

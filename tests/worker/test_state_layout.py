@@ -49,6 +49,7 @@ class Job:
     """Tasks on one processor's state dir, and the counts every key should have."""
 
     def __init__(self, root: Path, legacy_start: bool) -> None:
+        self.root = root
         self.states = TaskStates(StateConfig(root / "state", (root / "blobs").as_uri(), None))
         self.counts: Counter[bytes | None] = Counter()
         self.batches = 0
@@ -79,7 +80,7 @@ class Job:
         body = self.states.back_up(checkpoint_id, {name: {"inputOffsets": []}})
         self.states.committed(body)
         self.sizes[name] = sum(f.stat().st_size for f in snapshot_dir(
-            self.states.state_dir, name, checkpoint_id).iterdir())
+            self.states.state_dir, name, checkpoint_id).rglob("*") if f.is_file())
         self.counts.update(keys)
         return {"taskName": name, "checkpointId": body[name]["checkpointId"],
                 "stateCheckpointMarkers": body[name]["stateCheckpointMarkers"]}
@@ -129,13 +130,26 @@ class Job:
             source(low.held, low.factor, low.bucket, low.bucket == 0),
             source(high.held, high.factor, high.bucket, False)], split_of_legacy=None)
 
-    def check(self, name: str, task: Task) -> None:
-        with TaskStore(task_dir(self.states.state_dir, name) / "live", KEY_HASH) as store:
+    def check(self, name: str, task: Task, state_dir: Path | None = None) -> None:
+        with TaskStore(task_dir(state_dir or self.states.state_dir, name) / "live",
+                       KEY_HASH) as store:
             got = {store.split_key(k)[0]: v for k, v in store.entries()}
             # a composed store is always bucket-ordered (a legacy one converted)
             assert store.bucket_ordered or name == "T"
         expected = {k: n for k, n in self.counts.items() if n and task.owns(k)}
         assert {k: int(v[1:]) for k, v in got.items()} == expected, name
+
+
+    def check_elsewhere(self, name: str, task: Task) -> None:
+        """``name`` restored from its last backup into another processor's state dir."""
+        other = TaskStates(StateConfig(self.root / "elsewhere", (self.root / "blobs").as_uri(),
+                                       None))
+        try:
+            other.restore({name: {"stateSources": [task.held]}})
+            assert other.restores[name]["source"] in ("remote", "partial")
+            self.check(name, task, other.state_dir)
+        finally:
+            shutil.rmtree(other.state_dir, ignore_errors=True)
 
 
 def source(held: dict[str, Any], factor: int, bucket: int, null_keys: bool
@@ -168,10 +182,15 @@ def test_every_key_is_exactly_where_its_bucket_is_across_splits_and_merges(
                 job.merge(arg)
         for name, task in job.tasks.items():
             job.check(name, task)
-        # a split of a bucket-ordered store links its parent and copies nothing
+        # a split of a bucket-ordered store links its parent and copies nothing, and so
+        # does a merge (its sources are split children: bucket-ordered)
         for name, of_legacy, linked, copied, _ in job.cuts:
-            if of_legacy is False:
+            if of_legacy is not True:
                 assert linked is not None and copied == 0, (name, linked, copied)
+        # and every task's state is whole when restored from its backup on a new host
+        if job.tasks:
+            name, task = sorted(job.tasks.items())[-1]
+            job.check_elsewhere(name, task)
     finally:
         shutil.rmtree(root)
 

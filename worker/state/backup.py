@@ -76,6 +76,11 @@ class SnapshotIndex:
         data = json.loads(raw)
         if data.get("version") != 1:
             raise ValueError(f"unknown snapshot index version {data.get('version')!r}")
+        for name in data["files"]:
+            parts = name.split("/")
+            if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"snapshot index names a file outside its snapshot: "
+                                 f"{name!r}")
         return SnapshotIndex(
             data["taskName"], data["checkpointId"],
             {name: FileInfo(int(f["size"]), str(f["sha256"]))
@@ -130,14 +135,15 @@ class Uploader:
         started = time.perf_counter()
         files = inventory(folder, digests)
         reuse = self._reusable.get(task_name, frozenset())
-        to_send = {blob_key(info): folder / name for name, info in files.items()
-                   if blob_key(info) not in reuse}
+        to_send = {blob_key(info): (folder / name, info.size)
+                   for name, info in files.items() if blob_key(info) not in reuse}
         with ThreadPoolExecutor(self._parallelism) as pool:
-            list(pool.map(lambda kv: self._blobs.put_file(*kv), to_send.items()))
+            list(pool.map(lambda kv: self._blobs.put_file(kv[0], kv[1][0]),
+                          to_send.items()))
         index = SnapshotIndex(task_name, checkpoint_id, files, time.time(),
                               tuple(input_offsets))
         marker = index_key(task_name, checkpoint_id)
         self._blobs.put(marker, index.to_bytes())
         return UploadResult(marker, index, len(to_send),
-                            sum(files[p.name].size for p in to_send.values()),
+                            sum(size for _, size in to_send.values()),
                             len(files) - len(to_send), time.perf_counter() - started)

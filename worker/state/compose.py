@@ -6,10 +6,14 @@ Each source snapshot is made present locally (``restore_snapshot``: local files 
 then downloads). The first source whose store is bucket-ordered by the job's key hash
 (``worker.state.keys``) becomes the new store itself: hard-linked (RocksDB's files are
 immutable) and cut to the task's key ranges by range deletions, so a split costs the same
-at 10 MB or 10 GB. Every other source is copied aside, opened, and its entries in the
-task's key buckets are written into the new store: for a bucket-ordered source only its
-kept ranges are read; a legacy store (written before the layout) is read whole and its
-entries are rewritten in the bucket-ordered layout, which converts it once. Null-key
+at 10 MB or 10 GB. Every other bucket-ordered source whose kept ranges no other
+source shares (a factor merge's second child) is linked the same way beside it, as a
+part of the new store owning those ranges (``worker.state.parts``): a merge copies no
+entry either. The rest are copied aside, opened, and their entries in the task's key
+buckets written into the new store: for a bucket-ordered source (a Kinesis merge's
+parents, which share key buckets) only its kept ranges are read; a legacy store
+(written before the layout) is read whole and its entries are rewritten in the
+bucket-ordered layout, which converts it once. Null-key
 entries come only from the source flagged for them. A Kinesis child shard's hash-key
 range is not a key range of the layout: that filter reads the kept entries (a reshard
 stays linear in the state it keeps). The sources' key sets are disjoint by construction,
@@ -32,7 +36,7 @@ from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash, key_hash_of
 from grouping.shards import hash_key
 from worker.state.backup import SnapshotIndex, state_marker
 from worker.state.blobs import BlobStore
-from worker.state.keys import BucketLayout, KeyRange, complement, kept_ranges
+from worker.state.keys import BucketLayout, KeyRange, intersect, kept_ranges
 from worker.state.restore import restore_snapshot
 from worker.state.snapshot import Digests, clone, task_dir
 from worker.state.store import TaskStore
@@ -52,6 +56,8 @@ class Composed:
     cut: str | None = None  # the source linked and cut by ranges (no entry copied)
     # the sources' snapshot indexes (their blobs are the composed task's to reuse)
     indexes: tuple[SnapshotIndex, ...] = ()
+    # the other sources linked as parts of the new store (a merge: no entry copied)
+    parts: tuple[str, ...] = ()
 
 
 def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
@@ -116,9 +122,14 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
         restored.append((i, done.folder, _Keep.of(source)))
         indexes.append(done.index)
     target, cut = _cut_base(restored, into, key_hash)
+    linked: list[str] = []
     try:
         for i, folder, keep in restored:
             if i == cut:
+                continue
+            if _apart(keep, [k for j, _, k in restored if j != i]) and \
+                    target.adopt(folder, keep.ranges()):
+                linked.append(str(sources[i].get("taskName")))
                 continue
             aside = task_dir(state_dir, task) / f"compose-{i}"
             clone(folder, aside)
@@ -133,7 +144,17 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
     return Composed(tuple(str(s.get("taskName")) for s in sources), written, files, size,
                     time.perf_counter() - started,
                     None if cut is None else str(sources[cut].get("taskName")),
-                    tuple(indexes))
+                    tuple(indexes), tuple(linked))
+
+
+def _apart(keep: _Keep, others: Sequence[_Keep]) -> bool:
+    """Whether a source's kept entries can be linked as a part of the new store: whole
+    key ranges (no hash-key filter), which no other source's overlap (a factor merge's
+    children; not a Kinesis merge's parents, which share key buckets)."""
+    if keep.hash_keys is not None:
+        return False
+    mine = keep.ranges()
+    return all(not intersect(mine, other.ranges()) for other in others)
 
 
 def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash: KeyHash
@@ -145,7 +166,7 @@ def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash:
         clone(folder, into)
         store = TaskStore(into)
         if store.layout == wanted:
-            store.delete_ranges(complement(keep.ranges()))
+            store.cut(keep.ranges())
             if keep.hash_keys is not None:
                 _drop_outside_hash_range(store, keep)
             return store, i

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +44,8 @@ ENTRIES_BEGIN, ENTRIES_END = b"\x00", b"\x02"
 META_KEY = b"\xffcoxswain.layout"
 #: the key ranges a split deleted whose files are not compacted yet (JSON, hex pairs)
 DROPPED_KEY = b"\xffcoxswain.dropped"
+#: the store's other parts and the key ranges each owns (``worker.state.parts``)
+PARTS_KEY = b"\xffcoxswain.parts"
 _HASH_BITS = 64
 
 # each byte's bits in reverse order: h.to_bytes(8, "little").translate(this) is the
@@ -228,3 +231,37 @@ def as_bytes(record_key: bytes | str | None) -> bytes | None:
     if record_key is None or isinstance(record_key, bytes):
         return record_key
     return record_key.encode()
+
+
+def intersect(a: Sequence[KeyRange], b: Sequence[KeyRange]) -> list[KeyRange]:
+    """The key ranges in both ``a`` and ``b`` (each sorted and disjoint), sorted."""
+    out: list[KeyRange] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        begin, end = max(a[i].begin, b[j].begin), min(a[i].end, b[j].end)
+        if begin < end:
+            out.append(KeyRange(begin, end))
+        if a[i].end <= b[j].end:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: Sequence[KeyRange], b: Sequence[KeyRange]) -> list[KeyRange]:
+    """The key ranges in ``a`` and not in ``b`` (each sorted and disjoint), sorted."""
+    out: list[KeyRange] = []
+    j = 0
+    for r in a:
+        at = r.begin
+        while j < len(b) and b[j].end <= at:
+            j += 1
+        k = j
+        while k < len(b) and b[k].begin < r.end:
+            if b[k].begin > at:
+                out.append(KeyRange(at, b[k].begin))
+            at = max(at, b[k].end)
+            k += 1
+        if at < r.end:
+            out.append(KeyRange(at, r.end))
+    return out

@@ -80,6 +80,7 @@ def restore_snapshot(state_dir: Path, marker: str, blobs: BlobStore, digests: Di
     for name, info in index.files.items():
         if name in resumed:
             continue  # fetched by an earlier attempt that was cut short
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)  # a part's folder
         have = local.get(info.sha256)
         if have is not None and name.endswith(".sst"):
             os.link(have, staging / name)
@@ -113,12 +114,14 @@ def _resume_staging(staging: Path, index: SnapshotIndex, digests: Digests) -> se
         staging.mkdir(parents=True)
         return set()
     kept: set[str] = set()
-    for path in list(staging.iterdir()):
-        info = index.files.get(path.name)
+    for path in sorted(staging.rglob("*"), reverse=True):  # a folder after its files
+        name = path.relative_to(staging).as_posix()
+        info = index.files.get(name)
         if info is not None and path.is_file() and digests.of(path) == info:
-            kept.add(path.name)
+            kept.add(name)
         elif path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+            if not any(path.iterdir()):
+                path.rmdir()  # a part's folder left empty (or no part's)
         else:
             path.unlink(missing_ok=True)  # a .partial download or a stranger
     return kept

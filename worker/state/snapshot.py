@@ -85,25 +85,35 @@ class Digests:
 
 
 def inventory(folder: Path, digests: Digests) -> dict[str, FileInfo]:
-    """Every file of a snapshot folder by name (a RocksDB checkpoint is flat)."""
-    return {p.name: digests.of(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    """Every file of a snapshot folder by its path inside it (a RocksDB checkpoint is
+    flat; a store of several parts has each part's checkpoint in a folder of its own)."""
+    return {p.relative_to(folder).as_posix(): digests.of(p)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def clone(source: Path, target: Path) -> None:
+def clone(source: Path, target: Path, nested: bool = True) -> None:
     """A working copy of a snapshot: SST files hard-linked (immutable; RocksDB deletes
     rather than rewrites them), the small mutable ones (MANIFEST, CURRENT, OPTIONS, WAL)
-    copied. Built beside ``target`` and renamed into place, so a crash leaves either
-    nothing or the whole copy."""
+    copied; the parts' folders too unless not ``nested`` (the root instance alone).
+    Built beside ``target`` and renamed into place, so a crash leaves either nothing or
+    the whole copy."""
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for f in source.iterdir():
-        if f.suffix == ".sst":
-            os.link(f, staging / f.name)
-        else:
-            shutil.copy2(f, staging / f.name)
+    _link_tree(source, staging, nested)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+
+
+def _link_tree(source: Path, target: Path, nested: bool) -> None:
+    target.mkdir(parents=True)
+    for f in source.iterdir():
+        if f.is_dir():
+            if nested:
+                _link_tree(f, target / f.name, nested)
+        elif f.suffix == ".sst":
+            os.link(f, target / f.name)
+        else:
+            shutil.copy2(f, target / f.name)
 
 
 def index_path(snapshot: Path) -> Path:

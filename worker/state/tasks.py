@@ -214,10 +214,11 @@ class TaskStates:
             "source": "composed", "bytes": done.downloaded_bytes,
             "files": done.downloaded_files, "seconds": round(done.seconds, 3),
             "from": list(done.sources), "count": self._restored_before(task) + 1,
-            "linked": done.cut, "copied": done.entries}
+            "linked": done.cut, "parts": list(done.parts), "copied": done.entries}
+        linked = [x for x in (done.cut, *done.parts) if x]
         log.info("task %s: state composed from %s (%s; %d entries copied; %d bytes in %d "
                  "files downloaded, %.2fs)", task, ", ".join(done.sources),
-                 f"{done.cut}'s files linked and cut by key range" if done.cut
+                 f"{' and '.join(linked)}'s files linked and cut by key range" if linked
                  else "nothing linked", done.entries, done.downloaded_bytes,
                  done.downloaded_files, done.seconds)
 
@@ -240,7 +241,7 @@ class TaskStates:
         for task in tasks:
             live = task_dir(self.state_dir, task) / "live"
             try:
-                out[task] = sum(f.stat().st_size for f in live.iterdir() if f.is_file())
+                out[task] = sum(f.stat().st_size for f in live.rglob("*") if f.is_file())
             except OSError:  # not there (yet), or replaced meanwhile
                 continue
         return out
