@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +23,7 @@ from worker.state.restore import restore_snapshot
 from worker.state.snapshot import Digests, inventory, snapshot_dir, task_dir
 from worker.state.store import TaskStore
 
-from .test_state_layout import KEY_HASH, Job
+from .test_state_layout import KEY_HASH, Job, Task
 
 SPACE = 64  # ranges over one-byte keys 0..63
 
@@ -159,3 +160,61 @@ def test_a_snapshot_of_a_parted_store_is_whole_or_absent(tmp_path: Path) -> None
     assert not staging.exists() and not (folder / "part-7").exists()
     assert {p.name for p in folder.iterdir() if p.is_dir()} == {"part-1"}
     shutil.rmtree(folder)
+
+
+class _CutShort:
+    """Fails the merge's file operations (linking a snapshot, recording the parts) after
+    the first ``steps`` of them."""
+
+    def __init__(self, steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        import worker.state.compose as compose_module
+        import worker.state.store as store_module
+        from worker.state import snapshot
+
+        self.steps, self.calls = steps, 0
+        real_set_parts = store_module.TaskStore._set_parts
+
+        def clone(source: Path, target: Path, nested: bool = True) -> None:
+            self.step()
+            snapshot.clone(source, target, nested)
+
+        def set_parts(store: TaskStore, pairs: Sequence[Any]) -> None:
+            self.step()
+            real_set_parts(store, pairs)
+
+        monkeypatch.setattr(compose_module, "clone", clone)
+        monkeypatch.setattr(store_module, "clone", clone)
+        monkeypatch.setattr(store_module.TaskStore, "_set_parts", set_parts)
+
+    def step(self) -> None:
+        self.calls += 1
+        if self.calls > self.steps:
+            raise OSError(f"cut short after step {self.steps}")
+
+
+def test_a_merge_cut_short_anywhere_is_built_again_whole(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """The merge's write path (link the first child and cut it, link the second as a
+    part and cut it, record the part) stopped after each of its steps in turn: the next
+    restore builds the merged store whole, copying nothing."""
+    job = Job(tmp_path, legacy_start=False)
+    keys = [os.urandom(16) for _ in range(3_000)]
+    job.tasks["T"].held = job.commit("T", keys)
+    job.split(0)
+    low, high = sorted(job.tasks)
+    sources = [
+        {**job.tasks[low].held, "elasticityFactor": 2, "keyBuckets": [0], "nullKeys": True,
+         "keyHash": KEY_HASH.value},
+        {**job.tasks[high].held, "elasticityFactor": 2, "keyBuckets": [1],
+         "nullKeys": False, "keyHash": KEY_HASH.value}]
+    for steps in range(3):
+        cut = _CutShort(steps, monkeypatch)
+        name = f"merged-{steps}"
+        with pytest.raises(OSError, match="cut short"):
+            job.states.restore({name: {"stateSources": sources}}, keep={low, high})
+        monkeypatch.undo()
+        assert cut.calls == steps + 1
+        job.states.restore({name: {"stateSources": sources}}, keep={low, high})
+        assert job.states.restores[name]["copied"] == 0
+        job.check(name, Task(1, 0, {}))
