@@ -1,5 +1,7 @@
 """Point reads and writes of ``ctx.state`` per state layout (issue #52): what keying every
-entry by the bit-reversed key hash costs a task's steady work against the legacy layout.
+entry by the bit-reversed key hash costs a task's steady work against the legacy layout,
+and what a merged task's store of two parts (``worker.state.parts``: each key's instance
+found by a bisect) costs against one instance.
 
     .venv/bin/python -m bench.state_ops [--keys 200000] [--runs 5]
 
@@ -22,7 +24,7 @@ from pathlib import Path
 from rocksdict import Options, Rdict
 
 from grouping.key_hash import KeyHash
-from worker.state.keys import LEGACY
+from worker.state.keys import LEGACY, bucket_range
 from worker.state.store import TaskStore
 
 BATCH = 10_000
@@ -38,10 +40,24 @@ def legacy_store(path: Path) -> TaskStore:
     return store
 
 
+def parted_store(path: Path) -> TaskStore:
+    """A merged task's store: an empty root and an empty part owning bucket 1 of 2."""
+    half = path.with_name(path.name + "-half")
+    with TaskStore(half / "live", KeyHash.XXHASH64) as child:
+        child.set(b"seed", "n", 0)  # (its layout recorded; the seed cut unless in bucket 1)
+        child.commit()
+        child.snapshot(half / "snapshot")
+    store = TaskStore(path, KeyHash.XXHASH64)
+    assert store.adopt(half / "snapshot", [bucket_range(1, 2)]) and store.parts == 2
+    shutil.rmtree(half)
+    return store
+
+
 def one_run(layout: str, keys: list[bytes], root: Path) -> float:
     """Records per CPU second of read-increment-write over ``keys`` twice."""
     path = root / layout
-    store = legacy_store(path) if layout == "legacy" else TaskStore(path, KeyHash.XXHASH64)
+    store = legacy_store(path) if layout == "legacy" else parted_store(path) \
+        if layout == "parted" else TaskStore(path, KeyHash.XXHASH64)
     try:
         started = time.process_time()  # the process's CPU (RocksDB's threads included):
         for _ in range(2):               # steadier than wall time beside other work
@@ -69,21 +85,25 @@ def main() -> None:
     if args.order == "random":
         random.Random(52).shuffle(keys)
     root = Path(tempfile.mkdtemp(prefix="coxswain-bench-ops-"))
-    rates: dict[str, list[float]] = {"legacy": [], "bucket": []}
+    rates: dict[str, list[float]] = {"legacy": [], "bucket": [], "parted": []}
     print(f"load average {os.getloadavg()[0]:.2f}; {args.keys} keys in {args.order} order, "
           f"two passes, medians of {args.runs}")
     try:
         for i in range(args.runs):
-            for layout in (("legacy", "bucket") if i % 2 == 0 else ("bucket", "legacy")):
+            order = ("legacy", "bucket", "parted")
+            for layout in order if i % 2 == 0 else order[::-1]:
                 rates[layout].append(one_run(layout, keys, root))
             print(f"run {i + 1}: legacy {rates['legacy'][-1]:,.0f} rec/s, bucket-ordered "
-                  f"{rates['bucket'][-1]:,.0f} rec/s", flush=True)
+                  f"{rates['bucket'][-1]:,.0f} rec/s, two parts {rates['parted'][-1]:,.0f} "
+                  "rec/s", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    legacy, bucket = (statistics.median(rates[k]) for k in ("legacy", "bucket"))
+    legacy, bucket, parted = (statistics.median(rates[k])
+                              for k in ("legacy", "bucket", "parted"))
     print(f"\n| layout | records/s (median) | x legacy |\n|---|---|---|\n"
           f"| legacy | {legacy:,.0f} | 1.00 |\n| bucket-ordered | {bucket:,.0f} | "
-          f"{bucket / legacy:.2f} |")
+          f"{bucket / legacy:.2f} |\n| bucket-ordered, two parts (a merged task) | "
+          f"{parted:,.0f} | {parted / legacy:.2f} ({parted / bucket:.2f} x one instance) |")
     print(f"load average {os.getloadavg()[0]:.2f} at end")
 
 

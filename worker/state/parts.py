@@ -44,20 +44,22 @@ class PartMap:
         for (_, end, _), (begin, _, _) in pairwise(bounds):
             if begin < end:
                 raise ValueError("a store's parts own overlapping key ranges")
-        self._begins = [b for b, _, _ in bounds]
-        self._ends = [e for _, e, _ in bounds]
-        self._owners = [i for _, _, i in bounds]
+        # the parts' ranges in key order and each one's part: a store's hot path
+        # bisects these directly
+        self.begins = [b for b, _, _ in bounds]
+        self.ends = [e for _, e, _ in bounds]
+        self.owners = [i for _, _, i in bounds]
 
     def owner(self, stored: bytes) -> int:
         """The index of the part owning ``stored``, or -1 (the root)."""
-        i = bisect.bisect_right(self._begins, stored) - 1
-        if i >= 0 and stored < self._ends[i]:
-            return self._owners[i]
+        i = bisect.bisect_right(self.begins, stored) - 1
+        if i >= 0 and stored < self.ends[i]:
+            return self.owners[i]
         return -1
 
     def owned(self) -> list[KeyRange]:
         """Every range some part owns, sorted."""
-        return [KeyRange(b, e) for b, e in zip(self._begins, self._ends, strict=True)]
+        return [KeyRange(b, e) for b, e in zip(self.begins, self.ends, strict=True)]
 
     def to_json(self) -> bytes:
         """How the root stores the map."""
