@@ -17,6 +17,12 @@ from service.local.ports import cpu_seconds, free_port, wait_until_answering
 
 #: how long a coordinator that keeps getting CPU may take to answer (a starved machine)
 STARVED_START_S = 180.0
+#: ports a first start tries (each picked free, then possibly taken before it is bound)
+PORT_ATTEMPTS = 3
+
+
+class _PortTaken(RuntimeError):
+    """The coordinator exited at start because another socket had its port."""
 
 
 @dataclass
@@ -37,7 +43,23 @@ class Server:
     def url(self) -> str:
         return f"{'https' if self.verify is not None else 'http'}://127.0.0.1:{self.port}"
 
+    answered: bool = False  # it answered once (a restart keeps its port: clients have it)
+
     def start(self, timeout_s: float = 20.0) -> Server:
+        """Start it and wait until it answers. A port free when it was picked can be taken
+        before the server binds it (the kernel hands the same range out as the local
+        ports of outgoing connections, which every Kafka and HTTP client here makes): a
+        first start that finds its port taken is tried again on another."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start(timeout_s)
+            except _PortTaken:
+                if self.answered:
+                    raise
+                self.port = free_port()
+        return self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / f"server-{self.port}-{time.monotonic_ns()}.log"
         cmd = [*self.launcher, sys.executable, "-m", "service.cli", "serve", "--port",
@@ -53,6 +75,7 @@ class Server:
         while True:
             if wait_until_answering(f"{self.url}/healthz", self.proc, timeout_s,
                                     True if self.verify is None else self.verify):
+                self.answered = True
                 return self
             now_used = cpu_seconds(self.proc.pid)
             if self.proc.poll() is not None or now_used <= used \
@@ -60,6 +83,8 @@ class Server:
                 break
             used = now_used
         if self.proc.poll() is not None:
+            if "address already in use" in self.log():
+                raise _PortTaken(f"port {self.port} taken:\n{self.log()}")
             raise RuntimeError(f"coordinator exited early:\n{self.log()}")
         self.stop()
         raise RuntimeError(f"coordinator did not answer within {timeout_s}s:\n{self.log()}")

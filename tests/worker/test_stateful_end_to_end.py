@@ -328,7 +328,7 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
                                *(["--kafka-reader", "jvm"] if pid == "w1" else []))
 
     workers = {pid: worker(pid) for pid in ("w0", "w1")}
-    composed: set[str] = set()
+    composed: dict[str, dict[str, Any]] = {}  # task -> its composed restore's figures
 
     def produce_while_scaling(c: httpx.Client, factor: int,
                               during: Callable[[], None] | None = None) -> None:
@@ -341,7 +341,7 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
         wait_output(kafka, output, producing.total)
         for p in c.get("/status").json()["processors"]:
             restores = (p.get("stats") or {}).get("stateRestores") or {}
-            composed.update(t for t, r in restores.items() if r["source"] == "composed")
+            composed.update({t: r for t, r in restores.items() if r["source"] == "composed"})
 
     try:
         wait_output(kafka, output, producing.total)
@@ -365,6 +365,10 @@ def test_state_follows_the_elasticity_factor_while_the_job_runs(
         stop_workers(list(workers.values()))
     check_counts(kafka, output, producing)
     assert composed, "no task reported a composed restore"
+    # splits link their parent, merges both children (the second as a part): no
+    # composition copied an entry (every store here is bucket-ordered)
+    assert all(r["copied"] == 0 for r in composed.values()), composed
+    assert any(r["parts"] for r in composed.values()), composed
     for pid in ("w0", "w1"):  # one query per worker process (each started twice; the
         runs = queries_started(tmp_path, pid)  # second once it gets a task)
         assert runs[0] == 1 and all(n <= 1 for n in runs), (pid, runs)
