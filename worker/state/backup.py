@@ -135,15 +135,15 @@ class Uploader:
         started = time.perf_counter()
         files = inventory(folder, digests)
         reuse = self._reusable.get(task_name, frozenset())
-        to_send = {blob_key(info): (folder / name, info.size)
-                   for name, info in files.items() if blob_key(info) not in reuse}
+        to_send = {blob_key(info): name for name, info in files.items()
+                   if blob_key(info) not in reuse}
         with ThreadPoolExecutor(self._parallelism) as pool:
-            list(pool.map(lambda kv: self._blobs.put_file(kv[0], kv[1][0]),
+            list(pool.map(lambda kv: self._blobs.put_file(kv[0], folder / kv[1]),
                           to_send.items()))
         index = SnapshotIndex(task_name, checkpoint_id, files, time.time(),
                               tuple(input_offsets))
         marker = index_key(task_name, checkpoint_id)
         self._blobs.put(marker, index.to_bytes())
         return UploadResult(marker, index, len(to_send),
-                            sum(size for _, size in to_send.values()),
+                            sum(files[name].size for name in to_send.values()),
                             len(files) - len(to_send), time.perf_counter() - started)

@@ -44,8 +44,7 @@ class PartMap:
         for (_, end, _), (begin, _, _) in pairwise(bounds):
             if begin < end:
                 raise ValueError("a store's parts own overlapping key ranges")
-        # the parts' ranges in key order and each one's part: a store's hot path
-        # bisects these directly
+        # the parts' ranges in key order, and each one's part
         self.begins = [b for b, _, _ in bounds]
         self.ends = [e for _, e, _ in bounds]
         self.owners = [i for _, _, i in bounds]

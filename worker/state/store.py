@@ -16,7 +16,6 @@ from __future__ import annotations
 import heapq
 import json
 import shutil
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,7 +83,6 @@ class TaskStore:
         self._pending: dict[bytes, bytes | None] = {}
         self._map = PartMap()
         self._part_dbs: list[Rdict] = []
-        self._route()
         try:
             self.layout, self._recorded = self._open_layout(key_hash)
             self._open_parts()
@@ -117,15 +115,6 @@ class TaskStore:
                 raise StateLayoutMismatch(
                     f"part {part.folder} of the state at {self.path} is not laid out "
                     f"like its root ({self.layout})")
-        self._route()
-
-    def _route(self) -> None:
-        """The map's ranges in key order with each one's instance (a point read's owner:
-        one bisect over their starts)."""
-        self._begins, self._ends = self._map.begins, self._map.ends
-        self._owner_indexes = self._map.owners
-        self._owners = [self._part_dbs[i] for i in self._map.owners] \
-            if len(self._part_dbs) == len(self._map.parts) else []
 
     @property
     def bucket_ordered(self) -> bool:
@@ -325,7 +314,6 @@ class TaskStore:
             batch.delete(PARTS_KEY)
         self._write(-1, batch)  # flushed with the composition (one L0 file, not two)
         self._map, self._part_dbs = parts, [db for _, db in pairs]
-        self._route()
 
     def compact_dropped(self, budget_bytes: int) -> int:
         """Compact about ``budget_bytes`` of the files under ranges a split deleted (the
@@ -391,30 +379,21 @@ class TaskStore:
         return self._db if i < 0 else self._part_dbs[i]
 
     def _instance_of(self, stored: bytes) -> Rdict:
-        if not self._part_dbs:
-            return self._db
-        # inline (a point read's path): the map's bisect, and its owner's instance
-        i = bisect_right(self._begins, stored) - 1
-        return self._owners[i] if i >= 0 and stored < self._ends[i] else self._db
+        return self._instance(self._map.owner(stored)) if self._part_dbs else self._db
 
     def _read(self, stored: bytes) -> bytes | None:
         if stored in self._pending:
             return self._pending[stored]
-        raw = (self._instance_of(stored) if self._part_dbs else self._db).get(stored)
+        raw = self._instance_of(stored).get(stored)
         return None if raw is None else bytes(raw)
 
     def _apply(self, writes: Iterable[tuple[bytes, bytes | None]]) -> frozenset[int]:
         """Put (value) or delete (None) stored keys, one write batch per instance;
         returns the instances written (-1: the root)."""
         batches: dict[int, WriteBatch] = {}
-        parted = bool(self._part_dbs)
-        begins, ends, indexes = self._begins, self._ends, self._owner_indexes
+        owner = self._map.owner if self._part_dbs else None
         for stored, raw in writes:
-            i = -1
-            if parted:
-                at = bisect_right(begins, stored) - 1
-                if at >= 0 and stored < ends[at]:
-                    i = indexes[at]
+            i = -1 if owner is None else owner(stored)
             batch = batches.get(i)
             if batch is None:
                 batch = batches[i] = WriteBatch(raw_mode=True)
