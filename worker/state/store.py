@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Checkpoint, Options, Rdict, WriteBatch
+from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash
 from worker.state.keys import (
@@ -42,6 +42,7 @@ from worker.state.keys import (
     subtract,
 )
 from worker.state.parts import Part, PartMap, free_folder
+from worker.state.rocks import close_instance, open_instance
 from worker.state.snapshot import clone
 
 _JSON, _BYTES = b"J", b"B"
@@ -49,19 +50,6 @@ _JSON, _BYTES = b"J", b"B"
 #: of 1 GB of state is compacted within ~8 of its child's batches)
 COMPACT_BYTES_PER_BATCH = 64 * 1024 * 1024
 RecordKey = bytes | str | None
-
-
-def _options() -> Options:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    # every batch's commit flushes a small SST file, and in the bucket-ordered layout
-    # each spans the whole key space: a read would look into every one of them. A bloom
-    # filter per file (10 bits a key: ~1% false positives) lets a read skip the files
-    # that cannot hold its key
-    table = BlockBasedOptions()
-    table.set_bloom_filter(10, False)
-    options.set_block_based_table_factory(table)
-    return options
 
 
 class StateLayoutMismatch(ValueError):
@@ -79,7 +67,7 @@ class TaskStore:
     def __init__(self, path: Path, key_hash: KeyHash | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = Rdict(str(path), _options())
+        self._db = open_instance(path)
         self._pending: dict[bytes, bytes | None] = {}
         self._map = PartMap()
         self._part_dbs: list[Rdict] = []
@@ -108,7 +96,7 @@ class TaskStore:
         raw = self._db.get(PARTS_KEY)
         self._map = PartMap.of_json(None if raw is None else bytes(raw))
         for part in self._map.parts:
-            db = Rdict(str(self.path / part.folder), _options())
+            db = open_instance(self.path / part.folder)
             self._part_dbs.append(db)
             meta = db.get(META_KEY)
             if meta is None or layout_of_meta(bytes(meta)) != self.layout:
@@ -271,7 +259,7 @@ class TaskStore:
         taken = {p.folder for p in self._map.parts}
         home = self.path / free_folder(taken)
         clone(source, home, nested=False)
-        root = Rdict(str(home), _options())
+        root = open_instance(home)
         meta = root.get(META_KEY)
         if meta is None or layout_of_meta(bytes(meta)) != self.layout:
             root.close()
@@ -291,7 +279,7 @@ class TaskStore:
             taken.add(folder)
             clone(source / part.folder, self.path / folder)
             added.append((Part(folder, tuple(ranges)),
-                          Rdict(str(self.path / folder), _options())))
+                          open_instance(self.path / folder)))
         own = subtract(kept, nested.owned())
         if own:
             added.append((Part(home.name, tuple(own)), root))
@@ -362,10 +350,13 @@ class TaskStore:
         return self.layout.split(stored)
 
     def close(self) -> None:
-        """Close RocksDB (its lock is released: another process may open the store)."""
-        for db in self._part_dbs:
-            db.close()
-        self._db.close()
+        """Close RocksDB (its lock is released: another process may open the store), once
+        the compactions it runs are done (``rocks.close_instance``: their work is kept)."""
+        try:
+            for db in self._part_dbs:
+                close_instance(db)
+        finally:
+            close_instance(self._db)
 
     def __enter__(self) -> TaskStore:
         return self
