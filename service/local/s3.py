@@ -25,6 +25,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "coxswain-test", "AWS_SECRET_ACCESS_KEY": "c
 #: requests moto serves before it enforces authentication (``enforce_auth``): the IAM
 #: user, its access key and its policy (its readiness is then probed without a request)
 _SETUP_REQUESTS = 3
+_MEMORY_OBJECT_BYTES = 64 * 1024  # larger objects are spooled to disk (below)
 
 
 @dataclass
@@ -60,6 +61,12 @@ class LocalS3:
         log = root / f"moto-{port}.log"
         with log.open("wb") as out:
             env = dict(os.environ)
+            # moto keeps an object in memory up to this size and spools a larger one to
+            # a temporary file (unlinked at once: gone with the process). Its default,
+            # 5 MB, keeps every SST file of a task store in memory (4 MB at most), and a
+            # bench writing GBs of state uploads several times that within the collector's
+            # grace period: the server was killed for memory at 4 GB of state
+            env.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(_MEMORY_OBJECT_BYTES))
             if enforce_auth:
                 env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_REQUESTS)
             proc = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(port)],
