@@ -436,6 +436,14 @@ class BatchRunner:
                 records[split_key(key)] = end - start
         return ends, gens, records, readers_of(found)
 
+    def _spans_read(self) -> dict[tuple[str, int], tuple[int, int]] | None:
+        """The batch's offsets read per Kafka partition, ``[from, to)`` (None: not known,
+        as for Kinesis)."""
+        if not self._ranges_read:
+            return None
+        return {split_key(k): (int(r["from"]), int(r["to"]))
+                for k, r in self._ranges_read.items()}
+
     def _resize(self, records: int, started: float, ended: float,
                 read_under: int | None = None) -> None:
         """Steer the next batch's size on this one, read under the limit ``read_under``
@@ -566,7 +574,7 @@ class BatchRunner:
         if task_rows is not None and count_buckets_of is not None \
                 and self._buckets is not None:
             self._buckets.add(plan, owned_counts(plan, task_rows.value, set(count_buckets_of)),
-                              count_buckets_of)
+                              count_buckets_of, self._spans_read())
         if remote is not None and checkpoint_id is not None:
             remote.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
         left = of_batch(self._reports.value, batch_id) if cut is not None else {}

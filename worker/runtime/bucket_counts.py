@@ -92,6 +92,10 @@ class BucketCounts:
         self._system = "kafka"
         self._counts: Counts = {}
         self._seen: dict[tuple[str, int], int] = {}
+        # per partition, the end of the offsets its ``seen`` counted: a range read again
+        # (tasks starting at an older offset than the partition's others, a batch cut
+        # short) adds only what lies past it
+        self._counted_to: dict[tuple[str, int], int] = {}
         self.sampled = 0
 
     def due(self, factor: int) -> bool:
@@ -101,21 +105,43 @@ class BucketCounts:
         return self.in_tasks or self._clock() >= self._next
 
     def add(self, plan: QueryPlan, counts: Mapping[tuple[str, int], Mapping[int, int]],
-            seen: Mapping[tuple[str, int], int]) -> None:
+            seen: Mapping[tuple[str, int], int],
+            spans: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> None:
         """Add a counted batch of ``plan``: ``counts`` of the buckets counted, ``seen``
         the records each partition had in the batch (the counted buckets' and the
-        others')."""
+        others'), or, with ``spans`` (the offsets read per partition, ``[from, to)``),
+        the offsets not counted before. A partition's range is read again when tasks of
+        it start behind its others (their state composed later than the others', a new
+        generation) or after a batch cut short: its tasks process each record once, so
+        counting the range again would shrink every bucket's share of it (a hot key's
+        bucket below the hot share)."""
         self._next = self._clock() + self._interval_s
         if plan.factor != self._factor or plan.system != self._system:
             self._factor, self._system, self._counts, self._seen = (
                 plan.factor, plan.system, {}, {})
+            self._counted_to = {}
             self.sampled = 0
         for key, per in counts.items():
             mine = self._counts.setdefault(key, {})
             for bucket, n in per.items():
                 mine[bucket] = mine.get(bucket, 0) + n
-            self._seen[key] = self._seen.get(key, 0) + int(seen.get(key, 0))
+            self._seen[key] = self._seen.get(key, 0) + self._fresh(key, seen, spans)
         self.sampled += 1
+
+    def _fresh(self, key: tuple[str, int], seen: Mapping[tuple[str, int], int],
+               spans: Mapping[tuple[str, int], tuple[int, int]] | None) -> int:
+        span = None if spans is None else spans.get(key)
+        if span is None:
+            return int(seen.get(key, 0))
+        start, end = span
+        if end <= start:
+            return 0
+        counted_to = self._counted_to.get(key)
+        if counted_to is not None:
+            start = max(start, counted_to)
+            end = max(end, counted_to)
+        self._counted_to[key] = end
+        return end - start
 
     def report(self) -> dict[str, Any] | None:
         """The heartbeat's ``keyBucketCounts``: ``{"factor", "system", "sampledBatches",
