@@ -91,10 +91,9 @@ def settle(db: Rdict, limit_s: float = SETTLE_LIMIT_S) -> float:
     return time.monotonic() - started
 
 
-def close_instance(db: Rdict, wait: bool = True) -> None:
-    """Close ``db``; unless not ``wait``, once its running compactions are done."""
+def close_instance(db: Rdict) -> None:
+    """Close ``db`` once its running compactions are done."""
     try:
-        if wait:
-            settle(db)
+        settle(db)
     finally:
         db.close()
