@@ -138,12 +138,14 @@ def _produce(send: Callable[[list[tuple[str, bytes]]], None], rate: float, keys:
 
 
 def read_json_records(bootstrap: Brokers, topic: str, partition: int = 0,
-                      idle_s: float = 5.0) -> list[dict[str, Any]]:
+                      idle_s: float = 5.0, stamp: str | None = None
+                      ) -> list[dict[str, Any]]:
     """Every record of ``topic``'s ``partition`` from the start, as JSON objects; stops at
     the partition's end (or after ``idle_s`` without a record). How checkers read a job's
     output: as a ``read_committed`` reader (librdkafka's default, said here), up to the
     last stable offset: exactly-once output's aborted transactions are not read, and
-    output without transactions is read whole."""
+    output without transactions is read whole. ``stamp``: a field given each object, the
+    record's Kafka timestamp in seconds (when its writer sent it)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(settings_of(bootstrap).client({
@@ -156,6 +158,9 @@ def read_json_records(bootstrap: Brokers, topic: str, partition: int = 0,
             msg = consumer.poll(idle_s)
             if msg is None or msg.error() is not None:  # idle, or the partition's end
                 return out
-            out.append(json.loads(msg.value() or b"{}"))
+            record = json.loads(msg.value() or b"{}")
+            if stamp is not None:
+                record[stamp] = msg.timestamp()[1] / 1000
+            out.append(record)
     finally:
         consumer.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rocksdict import AccessType, Options, Rdict
 
 from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
@@ -103,3 +104,48 @@ def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | 
     assert merged == expected
     standby.restore({"M": merged_cp})  # promoted: the same state
     assert counts(standby, "M") == expected
+
+
+def _level0_files(store_dir: Path) -> int:
+    """Level-0 files of the store's root instance, read-only (an open that never
+    compacts)."""
+    db = Rdict(str(store_dir), Options(raw_mode=True), access_type=AccessType.read_only())
+    try:
+        return int(db.property_int_value("rocksdb.num-files-at-level0") or 0)
+    finally:
+        db.close()
+
+
+def test_a_split_and_a_merge_leave_their_compactions_to_the_tasks_first_batch(
+        tmp_path: Path) -> None:
+    """A composition's stores open with compactions off: the parent's owed level-0 files
+    (6, the trigger is 4) are still there in each child's composed store, so composing
+    waited for no compaction on the pause's path; each child's first batch compacts
+    them, and the counts stay exact through the split and the merge."""
+    states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}", None))
+    states.restore({"P": {"stateSources": []}})
+    live = task_dir(states.state_dir, "P") / "live"
+    # a batch whose compactions never ran (as a close cut short by its limit leaves):
+    # six flushed level-0 files in its snapshot
+    with TaskStore(live, KeyHash.XXHASH64, compact=False) as store:
+        for i in range(6):
+            for k in KEYS[i * 50:(i + 1) * 50]:
+                store.set(k, "count", 1)
+            store.commit()
+        store.snapshot(snapshot_dir(states.state_dir, "P", "1000-1"))
+    assert _level0_files(live) == 6
+    body = states.back_up("1000-1", {"P": {"inputOffsets": offsets(0, 300)}})
+    states.committed(body)
+    parent = {"taskName": "P", "checkpointId": body["P"]["checkpointId"],
+              "stateCheckpointMarkers": body["P"]["stateCheckpointMarkers"]}
+    children = {f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)}
+    states.restore(children)
+    for c in (0, 1):
+        assert _level0_files(task_dir(states.state_dir, f"C{c}") / "live") >= 6
+    held = {c: run_batch(states, f"C{c}", f"1001-{c}", [], 300, c) for c in (0, 1)}
+    for c in (0, 1):
+        assert _level0_files(task_dir(states.state_dir, f"C{c}") / "live") < 4
+    states.restore({"M": {"inputOffsets": offsets(-1, 300), "stateSources": [
+        source(held[c], 2, [c], c == 0, KeyHash.XXHASH64) for c in (0, 1)]}})
+    assert counts(states, "M") == dict.fromkeys(KEYS, 1)

@@ -1,6 +1,7 @@
 """How task stores open and close RocksDB (``worker.state.rocks``): a close keeps the work
-of the compactions running in it, and every open sets the level options, on a new
-instance and on one made before them, and clears compactions left disabled."""
+of the compactions running in it; every open gives the level options, on a new instance
+and on one made before them, and turns automatic compactions on or off as asked from
+its first moment, whatever the instance's OPTIONS file says."""
 
 from __future__ import annotations
 
@@ -61,7 +62,6 @@ def test_a_close_lets_the_running_compaction_finish(tmp_path: Path) -> None:
         close_instance(db)
     # cancelled, it would have left its level-0 inputs for the next open to compact again
     assert _level0_files(tmp_path / "db") < level0
-    assert _persisted(tmp_path / "db")["disable_auto_compactions"] == "false"
 
 
 def test_settling_an_idle_instance_waits_for_nothing(tmp_path: Path) -> None:
@@ -73,25 +73,58 @@ def test_settling_an_idle_instance_waits_for_nothing(tmp_path: Path) -> None:
         close_instance(db)
 
 
-def test_every_open_sets_the_level_options_and_enables_compactions(tmp_path: Path) -> None:
-    path = tmp_path / "db"
+def _with_owed_level0(path: Path, files: int, *, enabled_in_options: bool) -> None:
+    """An instance at ``path`` holding ``files`` level-0 files (compaction owed: the
+    trigger is 4), closed with automatic compactions on or off in its OPTIONS file."""
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     old = Rdict(str(path), options)  # made with RocksDB's defaults (an older release)
-    old.put(b"k", b"v")
-    # a process that died inside settle() leaves compactions disabled in OPTIONS
     old.set_options({"disable_auto_compactions": "true"})
+    _flush_files(old, files, 2_000)
+    old.set_options({"disable_auto_compactions": "false" if enabled_in_options else "true"})
     old.close()
+
+
+def test_every_open_sets_the_level_options_and_enables_compactions(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    # a process that died inside settle() leaves compactions disabled in OPTIONS
+    _with_owed_level0(path, 6, enabled_in_options=False)
     assert _persisted(path)["target_file_size_base"] == str(64 << 20)
     db = open_instance(path)
     try:
         persisted = _persisted(path)
         for key, value in LEVEL_OPTIONS.items():
             assert persisted[key] == value, key
-        _flush_files(db, 4, 2_000)
+        assert persisted["disable_auto_compactions"] == "false"
         deadline = time.monotonic() + 10
         while int(db.property_int_value("rocksdb.num-files-at-level0") or 0) >= 4:
             assert time.monotonic() < deadline, "compactions stayed disabled"
+            time.sleep(0.01)
+    finally:
+        close_instance(db)
+
+
+def test_an_open_without_compactions_starts_none_and_closes_at_once(tmp_path: Path) -> None:
+    """What a composition opens: owed level-0 files stay as they are, from the moment of
+    the open (an OPTIONS file saying "compact" is not followed), and the close waits for
+    nothing; the next ordinary open compacts them."""
+    path = tmp_path / "db"
+    _with_owed_level0(path, 6, enabled_in_options=True)
+    db = open_instance(path, compact=False)
+    try:
+        assert _persisted(path)["disable_auto_compactions"] == "true"
+        time.sleep(0.3)  # what RocksDB would have started by now, it would still run
+        assert running_compactions(db) == 0
+        assert int(db.property_int_value("rocksdb.num-files-at-level0") or 0) == 6
+        assert settle(db) == 0.0
+    finally:
+        close_instance(db)
+    assert _level0_files(path) == 6
+    db = open_instance(path)
+    try:
+        deadline = time.monotonic() + 10
+        while int(db.property_int_value("rocksdb.num-files-at-level0") or 0) >= 4:
+            assert time.monotonic() < deadline, "the batch's open left them uncompacted"
             time.sleep(0.01)
     finally:
         close_instance(db)

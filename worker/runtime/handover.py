@@ -214,8 +214,14 @@ class Handover:
         if lost:  # 1. stop them now, and wait for their last commit
             log.info("version %d: handing over %s", version, ", ".join(sorted(lost)[:10]))
             self._handing_over.begin(version, len(lost))
+            started = time.monotonic()
             self._runner.remove(lost)
-            if not self._runner.flush(self._commit_wait_s):
+            removed = time.monotonic()
+            flushed = self._runner.flush(self._commit_wait_s)
+            log.info("version %d: %d tasks handed over: their batch ended in %.2fs, its "
+                     "commit %.2fs later", version, len(lost), removed - started,
+                     time.monotonic() - removed)
+            if not flushed:
                 if self._fencing is not None:
                     # exactly-once: acking now would let the next owners start while this
                     # commit's transaction may still commit. Registering again fences it

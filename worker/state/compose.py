@@ -101,9 +101,14 @@ class _Keep:
 
 
 def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
-            blobs: BlobStore, digests: Digests, into: Path) -> Composed:
+            blobs: BlobStore, digests: Digests, into: Path,
+            snapshot: Path | None = None) -> Composed:
     """Build a fresh store at ``into`` holding, from each source snapshot, the entries of
-    its key buckets (API ``stateSources``)."""
+    its key buckets (API ``stateSources``), and snapshot it at ``snapshot`` if given.
+
+    The stores opened here compact nothing (``rocks.open_instance``): the cut's range
+    deletions and the linked files' owed compactions are left to the task's first batch,
+    which would otherwise wait for them here, before its output starts."""
     started = time.perf_counter()
     shutil.rmtree(into, ignore_errors=True)
     files = size = written = 0
@@ -134,11 +139,13 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
             aside = task_dir(state_dir, task) / f"compose-{i}"
             clone(folder, aside)
             try:
-                with TaskStore(aside) as store:
+                with TaskStore(aside, compact=False) as store:
                     written += _copy(store, target, keep, key_hash)
             finally:
                 shutil.rmtree(aside, ignore_errors=True)
         target.commit()
+        if snapshot is not None:
+            target.snapshot(snapshot)
     finally:
         target.close()
     return Composed(tuple(str(s.get("taskName")) for s in sources), written, files, size,
@@ -164,7 +171,7 @@ def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash:
     wanted = BucketLayout(key_hash)
     for i, folder, keep in restored:
         clone(folder, into)
-        store = TaskStore(into)
+        store = TaskStore(into, compact=False)
         if store.layout == wanted:
             store.cut(keep.ranges())
             if keep.hash_keys is not None:
@@ -172,7 +179,7 @@ def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash:
             return store, i
         store.close()  # legacy (or another hash): rewritten entry by entry, like the rest
         shutil.rmtree(into)
-    return TaskStore(into, key_hash), None
+    return TaskStore(into, key_hash, compact=False), None
 
 
 def _drop_outside_hash_range(store: TaskStore, keep: _Keep) -> None:

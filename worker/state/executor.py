@@ -223,14 +223,14 @@ def bring_to_base(state_dir: Path, task: str, base: TaskBase, blobs: BlobStore,
     _set_base(state_dir, task, None)  # a crash from here on leaves no claim
     if base.marker is not None and base.checkpoint_id is not None:
         result = restore_snapshot(state_dir, base.marker, blobs, digests)
-        open_live(state_dir, task, result.folder).close()
+        open_live(state_dir, task, result.folder, compact=False).close()
         how, moved = result.source, result.downloaded_bytes
     elif base.sources:
         live = claim_task_dir(state_dir, task) / "live"
         done = compose(state_dir, task, base.sources, blobs, digests, live)
         how, moved = "composed", done.downloaded_bytes
     else:
-        open_live(state_dir, task, None).close()
+        open_live(state_dir, task, None, compact=False).close()
         how, moved = EMPTY, 0
     _set_base(state_dir, task, base.key)
     return how, moved

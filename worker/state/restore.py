@@ -127,16 +127,18 @@ def _resume_staging(staging: Path, index: SnapshotIndex, digests: Digests) -> se
     return kept
 
 
-def open_live(state_dir: Path, task_name: str, snapshot: Path | None) -> TaskStore:
+def open_live(state_dir: Path, task_name: str, snapshot: Path | None, *,
+              compact: bool = True) -> TaskStore:
     """The task's live store, started from ``snapshot`` (None: empty state). Always from a
     committed snapshot, never from a live store left behind: that one may be ahead of the
-    checkpoint (a batch processed but not committed)."""
+    checkpoint (a batch processed but not committed). ``compact``: as for ``TaskStore``
+    (False for a store only opened to be made, whose batch compacts it)."""
     live = claim_task_dir(state_dir, task_name) / "live"
     if snapshot is None:
         shutil.rmtree(live, ignore_errors=True)
     else:
         clone(snapshot, live)
-    return TaskStore(live)
+    return TaskStore(live, compact=compact)
 
 
 def _local_files(state_dir: Path, task_name: str, digests: Digests) -> dict[str, Path]:

@@ -18,10 +18,15 @@ running when an instance closes: their work is lost. Two consequences, both meas
   meanwhile), so their work is kept. A commit then uploads at most a few tens of MB of
   compaction output.
 
-RocksDB keeps an existing instance's options from its OPTIONS file, whatever options it
-is opened with (rocksdict passes them only to a new one), so the level options are set
-again at every open; that also clears a "compactions disabled" left by a process that
-died while closing.
+rocksdict opens an existing instance with the column-family options of its OPTIONS file,
+whatever options it is given, unless they are passed for the column family by name: so
+every open passes them so (:func:`open_instance`), and they hold from the first moment
+on, for stores made by any release (and the bloom filter reaches their new files too).
+
+An instance opened briefly outside a batch (a composition's cut, a restore) opens with
+automatic compactions off (``compact=False``): its close would otherwise wait for the
+compactions its cut or its files' owed work start, on the path of a split's or merge's
+pause; the task's next batch runs them, after its records.
 """
 
 from __future__ import annotations
@@ -31,14 +36,14 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Options, Rdict
 
-#: per-column-family options set on every open (all changeable on a running instance)
+#: the level sizes of every instance (column-family options, as RocksDB writes them in
+#: its OPTIONS file)
 LEVEL_OPTIONS = {
     "target_file_size_base": str(4 << 20),
     "max_bytes_for_level_base": str(16 << 20),
     # one compaction's input at most (RocksDB's default is 25 files' worth, 1.6 GB with
     # 64 MB files): what a commit may have to upload from one compaction
     "max_compaction_bytes": str(100 << 20),
-    "disable_auto_compactions": "false",
 }
 #: how long a close waits for the compactions running in the instance (the bound above
 #: makes one last well under a second here; past this the close cancels it)
@@ -46,28 +51,30 @@ SETTLE_LIMIT_S = 3.0
 _POLL_S = 0.005
 
 
-def _options() -> Options:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
+def options(*, compact: bool = True) -> Options:
+    """This project's options for an instance; ``compact``: automatic compactions on."""
+    out = Options(raw_mode=True)
+    out.create_if_missing(True)
     # every batch's commit flushes a small SST file, and in the bucket-ordered layout
     # each spans the whole key space: a read would look into every one of them. A bloom
     # filter per file (10 bits a key: ~1% false positives) lets a read skip the files
     # that cannot hold its key
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)
-    options.set_block_based_table_factory(table)
-    return options
+    out.set_block_based_table_factory(table)
+    out.set_target_file_size_base(int(LEVEL_OPTIONS["target_file_size_base"]))
+    out.set_max_bytes_for_level_base(int(LEVEL_OPTIONS["max_bytes_for_level_base"]))
+    out.set_max_compaction_bytes(int(LEVEL_OPTIONS["max_compaction_bytes"]))
+    out.set_disable_auto_compactions(not compact)
+    return out
 
 
-def open_instance(path: Path) -> Rdict:
-    """Open (or create) the RocksDB instance at ``path`` with this project's options."""
-    db = Rdict(str(path), _options())
-    try:
-        db.set_options(LEVEL_OPTIONS)
-    except BaseException:
-        db.close()
-        raise
-    return db
+def open_instance(path: Path, *, compact: bool = True) -> Rdict:
+    """Open (or create) the RocksDB instance at ``path`` with this project's options,
+    automatic compactions on or off (``compact``) from the moment it opens."""
+    given = options(compact=compact)
+    # named for the default column family, the options replace the OPTIONS file's
+    return Rdict(str(path), given, column_families={"default": given})
 
 
 def running_compactions(db: Rdict) -> int:
@@ -76,18 +83,14 @@ def running_compactions(db: Rdict) -> int:
 
 
 def settle(db: Rdict, limit_s: float = SETTLE_LIMIT_S) -> float:
-    """Let the compactions ``db`` is running finish, starting no new one meanwhile;
-    returns the seconds waited. Compactions are enabled again before it returns, so the
-    instance's next open (and any other user) compacts as usual."""
+    """Let the compactions ``db`` is running finish, starting no new one (the instance is
+    about to close: compactions stay off); returns the seconds waited."""
     if not running_compactions(db):
         return 0.0
     started = time.monotonic()
     db.set_options({"disable_auto_compactions": "true"})
-    try:
-        while running_compactions(db) and time.monotonic() - started < limit_s:
-            time.sleep(_POLL_S)
-    finally:
-        db.set_options({"disable_auto_compactions": "false"})
+    while running_compactions(db) and time.monotonic() - started < limit_s:
+        time.sleep(_POLL_S)
     return time.monotonic() - started
 
 

@@ -64,10 +64,12 @@ class TaskStore:
     store must have been made with it). None: whatever the store records, and the
     default hash for a new one (tests, tools)."""
 
-    def __init__(self, path: Path, key_hash: KeyHash | None = None) -> None:
+    def __init__(self, path: Path, key_hash: KeyHash | None = None, *,
+                 compact: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = open_instance(path)
+        self._compact = compact  # automatic compactions while open (rocks.open_instance)
+        self._db = open_instance(path, compact=compact)
         self._pending: dict[bytes, bytes | None] = {}
         self._map = PartMap()
         self._part_dbs: list[Rdict] = []
@@ -96,7 +98,7 @@ class TaskStore:
         raw = self._db.get(PARTS_KEY)
         self._map = PartMap.of_json(None if raw is None else bytes(raw))
         for part in self._map.parts:
-            db = open_instance(self.path / part.folder)
+            db = open_instance(self.path / part.folder, compact=self._compact)
             self._part_dbs.append(db)
             meta = db.get(META_KEY)
             if meta is None or layout_of_meta(bytes(meta)) != self.layout:
@@ -259,7 +261,7 @@ class TaskStore:
         taken = {p.folder for p in self._map.parts}
         home = self.path / free_folder(taken)
         clone(source, home, nested=False)
-        root = open_instance(home)
+        root = open_instance(home, compact=self._compact)
         meta = root.get(META_KEY)
         if meta is None or layout_of_meta(bytes(meta)) != self.layout:
             root.close()
@@ -279,7 +281,7 @@ class TaskStore:
             taken.add(folder)
             clone(source / part.folder, self.path / folder)
             added.append((Part(folder, tuple(ranges)),
-                          open_instance(self.path / folder)))
+                          open_instance(self.path / folder, compact=self._compact)))
         own = subtract(kept, nested.owned())
         if own:
             added.append((Part(home.name, tuple(own)), root))

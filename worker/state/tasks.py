@@ -176,7 +176,8 @@ class TaskStates:
             with self._lock:
                 self._committed[task] = CheckpointId.parse(result.index.checkpoint_id)
             self._uploader.committed(result.index)
-        open_live(self.state_dir, task, None if result is None else result.folder).close()
+        open_live(self.state_dir, task, None if result is None else result.folder,
+                  compact=False).close()
         self.restores[task] = {
             "source": "empty" if result is None else result.source,
             "bytes": 0 if result is None else result.downloaded_bytes,
@@ -204,9 +205,11 @@ class TaskStates:
         each source snapshot, snapshotted under a new checkpoint id that the task's first
         commit uploads (then it depends on no other task's blobs)."""
         live = claim_task_dir(self.state_dir, task) / "live"
-        done = compose(self.state_dir, task, parts, self._blobs, self._digests, live)
         checkpoint_id = new_checkpoint_id()
-        self._snapshot_composed(task, live, checkpoint_id, checkpoint)
+        folder = self._composed_snapshot(task, checkpoint_id)
+        done = compose(self.state_dir, task, parts, self._blobs, self._digests, live,
+                       folder)
+        self._index_composed(task, folder, checkpoint_id, checkpoint)
         with self._lock:
             self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
         self._uploader.inherits(task, done.indexes)
@@ -222,18 +225,20 @@ class TaskStates:
                  else "nothing linked", done.entries, done.downloaded_bytes,
                  done.downloaded_files, done.seconds)
 
-    def _snapshot_composed(self, task: str, store_dir: Path, checkpoint_id: str,
-                           checkpoint: Mapping[str, Any]) -> Path:
-        """Snapshot a composed store, with a local index pairing it with the offsets the
-        task starts from (how far a standby's copy is behind is measured from those)."""
+    def _composed_snapshot(self, task: str, checkpoint_id: str) -> Path:
+        """Where a composed store's snapshot goes (emptied: an earlier attempt's)."""
         folder = snapshot_dir(self.state_dir, task, checkpoint_id)
         shutil.rmtree(folder, ignore_errors=True)
-        with TaskStore(store_dir) as store:
-            store.snapshot(folder)
+        return folder
+
+    def _index_composed(self, task: str, folder: Path, checkpoint_id: str,
+                        checkpoint: Mapping[str, Any]) -> None:
+        """A composed store's snapshot at ``folder`` gets a local index pairing it with
+        the offsets the task starts from (how far a standby's copy is behind is measured
+        from those)."""
         index = SnapshotIndex(task, checkpoint_id, inventory(folder, self._digests),
                               time.time(), tuple(checkpoint.get("inputOffsets") or ()))
         index_path(folder).write_bytes(index.to_bytes())
-        return folder
 
     def sizes(self, tasks: Sequence[str]) -> dict[str, int]:
         """Bytes on disk of each task's live store (for the stats)."""
@@ -360,8 +365,10 @@ class TaskStates:
             return
         work = claim_task_dir(self.state_dir, task) / "standby-compose"
         try:
-            done = compose(self.state_dir, task, parts, self._blobs, self._digests, work)
-            self._snapshot_composed(task, work, COMPOSED_STANDBY_ID, checkpoint)
+            folder = self._composed_snapshot(task, COMPOSED_STANDBY_ID)
+            done = compose(self.state_dir, task, parts, self._blobs, self._digests, work,
+                           folder)
+            self._index_composed(task, folder, COMPOSED_STANDBY_ID, checkpoint)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self._composed[task] = key
