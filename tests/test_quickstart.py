@@ -155,6 +155,9 @@ def test_the_readmes_quickstart_runs_as_written(namespace: Namespace) -> None:
             break
         assert time.monotonic() < deadline, shown.stdout
         time.sleep(1)
+    # the model gives it the 32 tasks at once; the worker runs them a step later (a
+    # Ctrl-C before that finds none running: "stopping" then hands over none)
+    ns.wait_for("worker", "_4 from ", 120)
     # the enriched orders are in the output topic, as the first job makes them
     read = ns.run(f"{sys.executable} -c {shlex.quote(READ_OUTPUT)}", timeout_s=120)
     assert read.returncode == 0, read.stderr

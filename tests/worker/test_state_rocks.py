@@ -74,14 +74,18 @@ def test_settling_an_idle_instance_waits_for_nothing(tmp_path: Path) -> None:
 
 
 def _with_owed_level0(path: Path, files: int, *, enabled_in_options: bool) -> None:
-    """An instance at ``path`` holding ``files`` level-0 files (compaction owed: the
-    trigger is 4), closed with automatic compactions on or off in its OPTIONS file."""
+    """An instance at ``path`` holding ``files`` level-0 files (compaction owed under this
+    project's trigger, 4), closed with automatic compactions on or off in its OPTIONS
+    file. Its own trigger is out of reach, so that none starts before it closes (turning
+    them on just before the close would start one, racing the close)."""
     options = Options(raw_mode=True)
     options.create_if_missing(True)
-    old = Rdict(str(path), options)  # made with RocksDB's defaults (an older release)
-    old.set_options({"disable_auto_compactions": "true"})
+    options.set_level_zero_file_num_compaction_trigger(1000)
+    options.set_disable_auto_compactions(not enabled_in_options)
+    # otherwise RocksDB's defaults (an older release's store)
+    old = Rdict(str(path), options, column_families={"default": options})
     _flush_files(old, files, 2_000)
-    old.set_options({"disable_auto_compactions": "false" if enabled_in_options else "true"})
+    assert int(old.property_int_value("rocksdb.num-files-at-level0") or 0) == files
     old.close()
 
 
