@@ -396,9 +396,13 @@ class BatchRunner:
         partition's range begins is known), their partitions read again from there from
         the next batch on, loudly: the reading slipped, and running them would skip
         records and commit past them (``worker.running.read_past``)."""
-        froms = {split_key(k): int(r["from"]) for k, r in self._ranges_read.items()
-                 if int(r["to"]) > int(r["from"])}
-        past = read_past(now, froms)
+        froms = {split_key(k): int(r["from"]) for k, r in self._ranges_read.items()}
+        # every partition's range, an empty one's too: a reading that slipped to a
+        # partition's end shows at once, not only once a new record comes (that would
+        # leave the records in between unprocessed while the partition is idle)
+        generations = {split_key(k): int(r.get("g") or 0)
+                       for k, r in self._ranges_read.items()}
+        past = read_past(for_batch(self.running.plan, generations, self._done), froms)
         if not past:
             return now
         log.error("batch %d: read %s from past where %s start (%s): not run in it; "
