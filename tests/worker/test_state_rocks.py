@@ -73,6 +73,14 @@ def test_settling_an_idle_instance_waits_for_nothing(tmp_path: Path) -> None:
         close_instance(db)
 
 
+def _compacts_level0(db: Rdict, failure: str) -> None:
+    """Wait until ``db`` compacted its level-0 files below the trigger (4), at most 10 s."""
+    deadline = time.monotonic() + 10
+    while int(db.property_int_value("rocksdb.num-files-at-level0") or 0) >= 4:
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.01)
+
+
 def _with_owed_level0(path: Path, files: int, *, enabled_in_options: bool) -> None:
     """An instance at ``path`` holding ``files`` level-0 files (compaction owed under this
     project's trigger, 4), closed with automatic compactions on or off in its OPTIONS
@@ -100,10 +108,7 @@ def test_every_open_sets_the_level_options_and_enables_compactions(tmp_path: Pat
         for key, value in LEVEL_OPTIONS.items():
             assert persisted[key] == value, key
         assert persisted["disable_auto_compactions"] == "false"
-        deadline = time.monotonic() + 10
-        while int(db.property_int_value("rocksdb.num-files-at-level0") or 0) >= 4:
-            assert time.monotonic() < deadline, "compactions stayed disabled"
-            time.sleep(0.01)
+        _compacts_level0(db, "compactions stayed disabled")
     finally:
         close_instance(db)
 
@@ -126,9 +131,6 @@ def test_an_open_without_compactions_starts_none_and_closes_at_once(tmp_path: Pa
     assert _level0_files(path) == 6
     db = open_instance(path)
     try:
-        deadline = time.monotonic() + 10
-        while int(db.property_int_value("rocksdb.num-files-at-level0") or 0) >= 4:
-            assert time.monotonic() < deadline, "the batch's open left them uncompacted"
-            time.sleep(0.01)
+        _compacts_level0(db, "the batch's open left them uncompacted")
     finally:
         close_instance(db)
