@@ -334,7 +334,7 @@ class BatchRunner:
                     *_measured(batch, plan.system == "kinesis"), 0)
                 read = sum(per_partition.values())
                 self.read = read_after(self.read, ends, gens)
-                now = self._guarded(batch_id, for_batch(plan, gens, self._done))
+                now = self._guarded(batch_id, plan, for_batch(plan, gens, self._done))
                 waiting = {(s.topic, s.partition) for s in plan.starts} - {
                     (s.topic, s.partition) for s in now.starts}
                 if waiting & set(gens):  # read before the generation its tasks count from
@@ -391,18 +391,19 @@ class BatchRunner:
                 self.stats["batchLimit"] = self._size.limit
                 self.stats["batchesCut"] = self.cuts
 
-    def _guarded(self, batch_id: int, now: QueryPlan) -> QueryPlan:
-        """``now`` without the tasks the batch read past the start of (Kafka: where each
-        partition's range begins is known), their partitions read again from there from
-        the next batch on, loudly: the reading slipped, and running them would skip
-        records and commit past them (``worker.running.read_past``)."""
+    def _guarded(self, batch_id: int, plan: QueryPlan, now: QueryPlan) -> QueryPlan:
+        """``now`` (the batch's run of ``plan``) without the tasks the batch read past the
+        start of (Kafka: where each partition's range begins is known), their partitions
+        read again from there from the next batch on, loudly: the reading slipped, and
+        running them would skip records and commit past them
+        (``worker.running.read_past``)."""
         froms = {split_key(k): int(r["from"]) for k, r in self._ranges_read.items()}
         # every partition's range, an empty one's too: a reading that slipped to a
         # partition's end shows at once, not only once a new record comes (that would
         # leave the records in between unprocessed while the partition is idle)
         generations = {split_key(k): int(r.get("g") or 0)
                        for k, r in self._ranges_read.items()}
-        past = read_past(for_batch(self.running.plan, generations, self._done), froms)
+        past = read_past(for_batch(plan, generations, self._done), froms)
         if not past:
             return now
         log.error("batch %d: read %s from past where %s start (%s): not run in it; "
