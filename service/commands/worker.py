@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.file_lock import FileLock, FileLocked
 from common.kafka_clients import KafkaSettingsError
+from common.paths import cache_dir
 from service.commands.options import (
     add_client_tls_options,
     add_kafka_options,
@@ -270,7 +271,6 @@ def run_worker(args: argparse.Namespace) -> None:
         "coxswain-worker"
     archive = None
     if args.jvm_class_archive == "auto":
-        from common.paths import cache_dir
         from worker.jvm.class_archive import class_archive
 
         archive = class_archive(cache_dir() / "jvm")
@@ -283,7 +283,8 @@ def run_worker(args: argparse.Namespace) -> None:
                 "without one (python -m worker.jvm.make_class_archive makes it once; "
                 "workers then start seconds faster)", archive.path)
     spark = spark_session(args.spark_master, app_name=app_name, conf=spark_conf,
-                          executor_python=args.executor_python, class_archive=archive)
+                          executor_python=args.executor_python, class_archive=archive,
+                          spark_homes=cache_dir() / "jvm")
     # PySpark's context takes SIGINT over (cancel every job, KeyboardInterrupt): a
     # Ctrl-C would cut the batch in flight and skip the handover's last commit
     signal.signal(signal.SIGINT, on_interrupt)
@@ -313,6 +314,8 @@ def run_worker(args: argparse.Namespace) -> None:
             except Exception:
                 if not stop.is_set():
                     raise
+        if args.api == "task" and not stop.is_set():
+            warm_up(spark, process_batch, args.processor_id or "")
         worker = Worker(config, process_batch, spark, cut_signals=signals)
         terminations.then(worker.stop)
         if not stop.is_set():
@@ -333,6 +336,22 @@ def run_worker(args: argparse.Namespace) -> None:
             logging.getLogger("coxswain.worker").info(
                 "%d SIGTERMs received: the first stopped the worker, the others changed "
                 "nothing", terminations.received)
+
+
+def warm_up(spark: Any, process_batch: Any, processor_id: str) -> None:
+    """The batch path run once before the worker takes tasks (``worker.runtime.warm_up``):
+    a speed-up only, so a failure is logged and the worker starts all the same."""
+    from grouping.key_hash import DEFAULT_KEY_HASH
+    from worker.runtime.warm_up import warm_batch_path
+
+    log = logging.getLogger("coxswain.worker")
+    try:
+        took = warm_batch_path(spark, process_batch, processor_id, DEFAULT_KEY_HASH)
+    except Exception as e:
+        log.warning("the batch path was not warmed up (%s): the first batch does that work",
+                    str(e).splitlines()[0] if str(e) else type(e).__name__)
+    else:
+        log.info("the batch path warmed up in %.1fs", took)
 
 
 def add_worker_command(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:

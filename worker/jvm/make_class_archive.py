@@ -32,7 +32,8 @@ def one_row(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 
 def dump(part: Path, master: str) -> None:
-    spark = spark_session(master, "coxswain-class-archive", conf={
+    # the worker's Spark home (``spark_home``): the class path its JVMs will map
+    spark = spark_session(master, "coxswain-class-archive", spark_homes=part.parent, conf={
         "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={part} {QUIET}"})
     try:
         spark.range(2, numPartitions=2).mapInPandas(one_row, "n long").collect()

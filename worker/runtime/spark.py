@@ -9,6 +9,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pyspark import SparkContext
@@ -16,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from worker.jvm.class_archive import ClassArchive, spark_options
 from worker.jvm.jars import connector_jars
+from worker.jvm.spark_home import spark_home_for
 from worker.runtime.query_failures import summary
 
 log = logging.getLogger("coxswain.worker")
@@ -46,6 +48,19 @@ def stop_spark(spark: SparkSession, timeout_s: float = 30.0) -> None:
         jvm.wait(10)
 
 
+def use_compiled_home(python: str, folder: Path) -> None:
+    """``SPARK_HOME`` for the JVM about to start: the compiled mirror when it applies
+    (``spark_home_for``); a folder that cannot be written costs the speed-up, not a start."""
+    try:
+        home = spark_home_for(python, folder)
+    except OSError as e:
+        log.warning("Spark's Python processes import PySpark from its zip archive (no "
+                    "Spark home could be made under %s: %s)", folder, e)
+        return
+    if home is not None:
+        os.environ["SPARK_HOME"] = str(home)  # read when the JVM is launched
+
+
 FS_CHECKPOINTS = ("org.apache.spark.sql.execution.streaming.checkpointing."
                   "FileSystemBasedCheckpointFileManager")
 
@@ -71,13 +86,18 @@ def parse_conf(items: Sequence[str]) -> dict[str, str]:
 def spark_session(master: str, app_name: str = "coxswain-worker",
                   conf: Mapping[str, str] | None = None,
                   executor_python: str | None = None,
-                  class_archive: ClassArchive | None = None) -> SparkSession:
+                  class_archive: ClassArchive | None = None,
+                  spark_homes: Path | None = None) -> SparkSession:
     """A Spark session with the Kafka connector's jars from the local cache, whose Python
     workers run ``executor_python`` (by default ``$PYSPARK_PYTHON``, else this interpreter:
     it has the packages ``process_task`` needs), whose driver JVM maps ``class_archive``
-    when it exists, with the user's ``conf`` over Coxswain's defaults."""
+    when it exists, with the user's ``conf`` over Coxswain's defaults. With
+    ``spark_homes``, Spark's Python processes import the installed PySpark when they can
+    (a Spark home kept there: ``worker.jvm.spark_home``)."""
     python = executor_python or os.environ.get("PYSPARK_PYTHON") or sys.executable
     os.environ["PYSPARK_PYTHON"] = python  # read when the context starts
+    if spark_homes is not None:
+        use_compiled_home(python, spark_homes)
     if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
         # a local master's driver and executors are one JVM: loopback is where it
         # listens (else Spark picks the first non-loopback interface and warns at
