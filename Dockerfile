@@ -3,7 +3,9 @@
 #   coordinator  `coxswain serve` (and `coxswain autosize`): Python and the runtime install
 #                only, no Java, no PySpark (about a tenth of the worker's size)
 #   worker       `coxswain worker`: Java 17, PySpark and the rest of coxswain[worker], and the
-#                Spark Kafka connector's jars baked in (workers need no network to start)
+#                Spark Kafka connector's jars baked in (workers need no network to start),
+#                with the Spark home its Python processes import PySpark through
+#                (worker/jvm/spark_home.py; the cache is read-only at run time)
 #
 #   docker build --target coordinator -t coxswain-coordinator .
 #   docker build --target worker -t coxswain-worker .
@@ -52,7 +54,10 @@ ARG CA_BUNDLE=
 RUN if [ -n "$CA_BUNDLE" ]; then export PIP_CERT="$CA_BUNDLE" SSL_CERT_FILE="$CA_BUNDLE"; fi \
     && /opt/coxswain/bin/pip install --disable-pip-version-check "/src[worker]" \
     && COXSWAIN_CACHE_DIR=/opt/coxswain/cache /opt/coxswain/bin/python -c \
-        "from worker.jvm.jars import connector_jars; print(*connector_jars(), sep='\n')"
+        "from worker.jvm.jars import connector_jars; print(*connector_jars(), sep='\n')" \
+    && /opt/coxswain/bin/python -c "from pathlib import Path; \
+from worker.jvm.spark_home import compiled_spark_home as home; \
+print(home(Path('/opt/coxswain/cache/jvm')))"
 
 # The worker: Java for Spark, then the environment and jars built above
 FROM runtime-base AS worker

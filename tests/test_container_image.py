@@ -213,3 +213,9 @@ def test_a_worker_from_the_worker_image_processes_records_of_the_coordinator_ima
         stop_process_group(server)
     assert worker is not None and worker.returncode == 0, \
         (tmp_path / "worker.log").read_text()[-3000:]
+    # its Spark's Python processes imported the image's PySpark through the home the
+    # build made (the cache is read-only at run time: a worker could not make it)
+    homes = list(worker_fs.path.glob("opt/coxswain/cache/jvm/spark-home-*"))
+    assert len(homes) == 1 and (homes[0] / "jars").is_symlink(), homes
+    log = (tmp_path / "worker.log").read_text()
+    assert "no Spark home could be made" not in log and "batch path warmed up" in log
