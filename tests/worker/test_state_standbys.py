@@ -97,3 +97,27 @@ def test_a_kinesis_tasks_lag_is_milliseconds_of_processing_not_sequence_numbers(
     committed = commit_batch(active, "1700000002500-7", 50, 90, first + 10**40, shard)
     assert standby.refresh([], [], read) == {TASK: 2500}  # left on disk: not fetched
     assert standby.refresh([], [TASK], read) == {TASK: 0}
+
+
+def test_a_snapshot_whose_commit_never_happened_is_never_named_by_a_later_one(
+        tmp_path: Path) -> None:
+    """A fenced owner's uncommitted batch left its snapshot here; the task restarts here
+    from the committed checkpoint, and a batch in which it opens no store commits: that
+    commit names no snapshot (the state stays the committed one), never the uncommitted
+    batch's, whose counts the next batches would count again."""
+    states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}"))
+    committed = commit_batch(states, "1000-1", 0, 10, 100)
+    # the next batch counted records past offset 100 and was backed up, but its commit
+    # never happened (its transaction aborted: the owner was fenced)
+    with open_live(states.state_dir, TASK, _latest(states.state_dir)) as store:
+        store.set("k1", "count", 99)
+        store.commit()
+        store.snapshot(snapshot_dir(states.state_dir, TASK, "2000-2"))
+    states.back_up("2000-2", {TASK: {"inputOffsets": offsets(150)}})
+
+    states.restore({TASK: committed})  # the task again, from what was committed
+    body = states.back_up("3000-3", {TASK: {"inputOffsets": offsets(120)}})
+    assert "stateCheckpointMarkers" not in body[TASK]
+    assert not snapshot_dir(states.state_dir, TASK, "2000-2").exists()
+    with open_live(states.state_dir, TASK, _latest(states.state_dir)) as store:
+        assert store.get("k1", "count") == 1

@@ -178,6 +178,8 @@ class TaskStates:
             self._uploader.committed(result.index)
         open_live(self.state_dir, task, None if result is None else result.folder,
                   compact=False).close()
+        self._drop_newer(task, None if result is None
+                         else CheckpointId.parse(result.index.checkpoint_id))
         self.restores[task] = {
             "source": "empty" if result is None else result.source,
             "bytes": 0 if result is None else result.downloaded_bytes,
@@ -288,6 +290,21 @@ class TaskStates:
             if uploaded is not None and uploaded.checkpoint_id == raw:
                 self._uploader.committed(uploaded)
             self._drop_older(task, done)
+
+    def _drop_newer(self, task: str, restored: CheckpointId | None) -> None:
+        """Delete the task's local snapshots newer than the one its live store was just
+        restored from (all of them when it starts empty). Batches whose commits never
+        happened made them (a fenced or killed owner's, this process's earlier lease):
+        left here, a later commit could name one, since :meth:`back_up` names a task's
+        newest snapshot since its last commit (a batch in which the task opened no store
+        names its previous batch's), and that state would count those batches' records
+        again on top of the offsets committed (found by the exactly-once chaos test: a
+        fenced worker's uncommitted snapshot named by its next lease's commit)."""
+        for folder in self._snapshots(task):
+            cid = _id(folder.name)
+            if cid is not None and (restored is None or cid > restored):
+                shutil.rmtree(folder, ignore_errors=True)
+                index_path(folder).unlink(missing_ok=True)
 
     def _drop_older(self, task: str, keep_from: CheckpointId) -> None:
         """Delete the task's local snapshots older than ``keep_from``."""
