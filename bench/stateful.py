@@ -22,7 +22,8 @@ what standbys, event-driven probing and state backups cost or save.
 * rescale: one task holding ``--mb`` MB on one worker under 100 records/s, split to
   factor 2 and merged back: the pause of each (the last output before the change to the
   first output after it, for the same keys). Issue #52's curve: ``--only rescale`` at
-  ``--mb 100``, ``1000``, ``4000``.
+  ``--mb 100``, ``1000``, ``4000``; ``--merge-after-s`` (default 10) between the split
+  taking over and the merge.
 
 Run: .venv/bin/python -m bench.stateful [--mb 40] [--records 20000] [--probing-interval-s 60]
      [--only failover|scale-out|throughput|factor-change|rescale] [--event-only]
@@ -353,12 +354,13 @@ def _task_cell(name: str) -> tuple[int, int, int]:
     return int(cell[0]), int(cell[1]), int(cell[2])
 
 
-def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | None = None
-            ) -> Rescale:
+def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | None = None,
+            merge_after_s: float = 10.0) -> Rescale:
     """One task (one partition, factor 1) holding ``mb`` MB on one worker under 100
-    records/s: ``POST /scale`` 2 (the state splits), then 1 (it merges back). The pause
-    of each: the last output of the task(s) before to the first output of the one(s)
-    after, for the same keys (issue #52: flat in the state's size)."""
+    records/s: ``POST /scale`` 2 (the state splits), then, ``merge_after_s`` after the
+    split took over, 1 (it merges back). The pause of each: the last output of the
+    task(s) before to the first output of the one(s) after, for the same keys (issue #52:
+    flat in the state's size)."""
     keys = mb * 1024 * 1024 // PROFILE_BYTES
     job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", partitions=1, factor=1)
     try:
@@ -381,7 +383,9 @@ def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | No
                         break
                 else:
                     raise RuntimeError(f"factor {factor} never took over")
-                time.sleep(10)  # the new tasks' output
+                # the new tasks' output (after a split, also the time its children have
+                # to finish the compactions they inherit before the merge)
+                time.sleep(merge_after_s if factor == 2 else 10)
         out = read_json_records(kafka.bootstrap, job.output, stamp="written")
         factor_of = {name: _task_cell(name)[2] for name in {r["task"] for r in out}}
 
@@ -471,6 +475,8 @@ def main() -> None:
                         help="scale-out: event-driven probing only (not the timer alone)")
     parser.add_argument("--only", choices=["failover", "scale-out", "throughput",
                                            "factor-change", "rescale"])
+    parser.add_argument("--merge-after-s", type=float, default=10.0,
+                        help="rescale: seconds between the split taking over and the merge")
     parser.add_argument("--logs", type=Path, default=None,
                         help="a folder to copy the workers' logs to")
     args = parser.parse_args()
@@ -503,7 +509,8 @@ def main() -> None:
                 print(f"\n| one task of {args.mb} MB, one worker, 100 records/s | "
                       "split 1 -> 2, s | merge 2 -> 1, s | steady gap, s |\n|---|---|---|---|",
                       flush=True)
-                r = rescale(kafka, s3, root / "rescale", args.mb, args.logs)
+                r = rescale(kafka, s3, root / "rescale", args.mb, args.logs,
+                            args.merge_after_s)
                 print(f"| pause (last output before to first after) | {r.split_s:.2f} | "
                       f"{r.merge_s:.2f} | {r.steady_gap_s:.2f} |", flush=True)
                 print(f"| the same, by when the output reached Kafka | "
