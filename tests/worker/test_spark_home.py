@@ -45,7 +45,12 @@ def test_only_this_interpreter_with_pysparks_own_home_gets_it(
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
     assert spark_home_for(sys.executable, tmp_path / "homes") is None
     monkeypatch.delenv("SPARK_HOME")
-    assert spark_home_for("/usr/bin/python3", tmp_path) is None
+    assert spark_home_for("/usr/bin/python3", tmp_path) == pyspark_home()
+    # a session of this process set the mirror before: another interpreter gets
+    # PySpark's own home back, this one the mirror again
+    monkeypatch.setenv("SPARK_HOME", str(compiled_spark_home(tmp_path)))
+    assert spark_home_for("/usr/bin/python3", tmp_path) == pyspark_home()
+    assert spark_home_for(sys.executable, tmp_path) == compiled_spark_home(tmp_path)
 
 
 #: a worker's Spark session in a process of its own (PySpark keeps one JVM per process)

@@ -74,15 +74,23 @@ def _is_mirror(target: Path, home: Path) -> bool:
 
 
 def spark_home_for(python: str, folder: Path) -> Path | None:
-    """The home the worker's JVM should run with: the compiled mirror when its Python
-    processes run this interpreter and ``SPARK_HOME`` is unset or PySpark's own, else
-    None (the JVM keeps the home it would have)."""
+    """The home the worker's JVM should run with: None when ``SPARK_HOME`` names a Spark
+    of the user's (kept as it is); else the compiled mirror when its Python processes
+    run this interpreter, PySpark's own home (its archives) when they run another (which
+    may not have PySpark installed; also when an earlier session of this process set the
+    mirror)."""
     configured = os.environ.get("SPARK_HOME")
-    if configured and Path(configured).resolve() != pyspark_home():
+    if configured and not _is_pysparks(Path(configured)):
         return None
     if Path(python).absolute() != Path(sys.executable).absolute():
-        return None
+        return pyspark_home()
     return compiled_spark_home(folder)
+
+
+def _is_pysparks(home: Path) -> bool:
+    """PySpark's own Spark home, or a mirror of it."""
+    return home.resolve() == pyspark_home() or \
+        (home / "jars").resolve() == (pyspark_home() / "jars").resolve()
 
 
 __all__ = ["compiled_spark_home", "pyspark_home", "spark_home_for"]
