@@ -122,6 +122,16 @@ class QueryPlan:
         return (f"CASE WHEN key IS NULL THEN pmod(offset, {f}) "
                 f"ELSE pmod({hashed}, {f}) END")
 
+    def task_sql(self) -> str:
+        """Spark SQL naming the task of each kept record (after ``keyBucket``)."""
+        cases = []
+        for s in self.starts:
+            cond = f"topic = {sql_string(s.topic)} AND partition = {s.partition}"
+            if s.key_bucket >= 0:
+                cond += f" AND keyBucket = {s.key_bucket}"
+            cases.append(f"WHEN {cond} THEN {sql_string(s.task)}")
+        return "CASE " + " ".join(cases) + " END"
+
     def filter_sql(self) -> str:
         """Spark SQL keeping only owned buckets, each from its own start (the partition is
         read from the earliest of them), and nothing below a skip watermark."""

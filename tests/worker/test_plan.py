@@ -139,3 +139,12 @@ def test_a_worker_reads_one_system_per_query() -> None:
         "A": _kinesis_task(0, 0), **MODEL["containers"]["w1"]["tasks"]}}}}
     with pytest.raises(ValueError, match="mixes"):
         plan_query(model, "w1", {})
+
+
+def test_task_sql_names_a_bucket_by_its_partition_and_bucket_a_whole_partition_by_its_own(
+        ) -> None:
+    plan = QueryPlan(1, 2, (SspStart("Partition 0_1_2", "it's", 0, 1, 5),
+                            SspStart("Partition 1", "orders", 1, -1, EARLIEST)))
+    assert plan.task_sql() == (
+        "CASE WHEN topic = 'it\\'s' AND partition = 0 AND keyBucket = 1 THEN "
+        "'Partition 0_1_2' WHEN topic = 'orders' AND partition = 1 THEN 'Partition 1' END")

@@ -32,7 +32,7 @@ from worker.cut_signals import CutSignals, Left
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, processed_records
 from worker.output.transactions import Fenced as TransactionFenced
 from worker.output.transactions import TransactionalOutput
-from worker.plan import EARLIEST, LATEST, QueryPlan, sql_string
+from worker.plan import EARLIEST, LATEST, QueryPlan
 from worker.running import (
     Running,
     add,
@@ -538,7 +538,7 @@ class BatchRunner:
         # chain of them at a few records (a profile of bench/peer.py's job at 40 rec/s)
         mine = batch.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket") \
             .where(plan.filter_sql())
-        task = f"{_task_column(plan)} AS taskName"
+        task = f"{plan.task_sql()} AS taskName"
         if slots is not None:  # a slot reads whole partitions: only its own tasks' rows
             mine = mine.selectExpr("*", task).where(f"({slot_sql(slots)}) = {SLOT}") \
                 .selectExpr(*(f"`{c}`" for c in columns))
@@ -745,14 +745,3 @@ def _exit_after_transaction_for_tests(committed: int) -> None:
 def _age(since: float | None) -> float:
     """Seconds since ``since`` (monotonic), 0 for none."""
     return 0.0 if since is None else round(time.monotonic() - since, 3)
-
-
-def _task_column(plan: QueryPlan) -> str:
-    """Spark SQL naming the task of each kept record."""
-    cases = []
-    for s in plan.starts:
-        cond = f"topic = {sql_string(s.topic)} AND partition = {s.partition}"
-        if s.key_bucket >= 0:
-            cond += f" AND keyBucket = {s.key_bucket}"
-        cases.append(f"WHEN {cond} THEN {sql_string(s.task)}")
-    return "CASE " + " ".join(cases) + " END"

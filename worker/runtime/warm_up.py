@@ -9,25 +9,22 @@ SQL expressions with a cold ANTLR cache, generating and compiling code for its s
 a Kafka producer for the output; the Python workers importing the task runner's modules.
 
 Running the same path once (the batch's expressions, the placement shuffle, the tasks'
-``mapInPandas``, the output's Kafka sink) over an empty frame of the source's columns, with
-two made-up tasks, does all of that while the worker starts, before it holds any task.
-No task runs (``process_task`` is called for tasks with rows only), nothing is written,
-no state is opened, nothing is committed.
+``mapInPandas``, the output's Kafka sink) for two made-up tasks, over a row per core of the
+source's columns that the batch's filter drops, does all of that while the worker starts,
+before it holds any task. No task runs (``process_task`` is called for tasks with rows
+only), nothing is written, no state is opened, nothing is committed.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 
 from pyspark.sql import SparkSession
 
 from grouping.key_hash import KeyHash
-from worker.plan import QueryPlan, SspStart, sql_string
+from worker.plan import QueryPlan, SspStart
 from worker.runtime.contexts import COLUMNS, BatchContext, ProcessBatch
 from worker.sources.kafka import SCHEMA
-
-log = logging.getLogger("coxswain.worker")
 
 #: the made-up input the warm-up's tasks "read" (no such topic is read or written)
 TOPIC = "coxswain-warm-up"
@@ -35,8 +32,8 @@ TOPIC = "coxswain-warm-up"
 
 def warm_batch_path(spark: SparkSession, process: ProcessBatch, processor_id: str,
                     key_hash: KeyHash) -> float:
-    """Run ``process`` (a ``process_task`` app's) once on an empty Kafka batch, as a
-    batch of the worker's would; the seconds it took."""
+    """Run ``process`` (a ``process_task`` app's) once on a Kafka batch that keeps no
+    record, as a batch of the worker's would; the seconds it took."""
     started = time.monotonic()
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = tuple(f"{TOPIC} {i}" for i in range(2))
@@ -46,17 +43,15 @@ def warm_batch_path(spark: SparkSession, process: ProcessBatch, processor_id: st
     # is empty while planning (no rows, or constant columns the filter folds to false)
     # has its every stage optimized away
     columns = [c.strip().split(" ", 1) for c in SCHEMA.split(",")]
-    empty = spark.range(0, cores, 1, cores).selectExpr(
+    dropped = spark.range(0, cores, 1, cores).selectExpr(
         *(f"CAST(CAST(id AS STRING) AS {kind}) AS `{name}`" for name, kind in columns))
-    cases = " ".join(f"WHEN topic = {sql_string(s.topic)} AND partition = {s.partition} "
-                     f"AND keyBucket = {s.key_bucket} THEN {sql_string(s.task)}"
-                     for s in plan.starts)
-    mine = (empty.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket")
+    # (the batch's own expressions: ``BatchRunner._run``)
+    mine = (dropped.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket")
             .where(plan.filter_sql())
-            .selectExpr(*(f"CASE {cases} END AS taskName" if c == "taskName" else f"`{c}`"
+            .selectExpr(*(f"{plan.task_sql()} AS taskName" if c == "taskName" else f"`{c}`"
                           for c in COLUMNS)))
     # a streaming query's batches run without adaptive execution (which would also see
-    # the empty input and skip the stages this is for)
+    # that no row is kept and skip the stages this is for)
     adaptive = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
