@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -51,3 +52,15 @@ def test_the_warm_up_runs_every_stage_and_no_task(spark: SparkSession,
     assert topic not in topics.topics
     # adaptive execution as it was (off only while the warm-up ran, as in a query)
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
+def test_an_exactly_once_workers_warm_up_collects_its_empty_output(
+        spark: SparkSession, kafka: LocalKafka) -> None:
+    """Its batches' output goes to the commit's transaction, not Spark's Kafka sink: the
+    warm-up takes the same path, handing over an output with no row."""
+    topic = f"warm-{uuid.uuid4().hex[:8]}"
+    collected: list[Any] = []
+    warm_batch_path(spark, task_api(never, topic, kafka.bootstrap), "w1", DEFAULT_KEY_HASH,
+                    collected.append)
+    assert [t.num_rows for t in collected] == [0]
+    assert collected[0].column_names == ["key", "value"]

@@ -18,6 +18,8 @@ only), nothing is written, no state is opened, nothing is committed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -31,9 +33,12 @@ TOPIC = "coxswain-warm-up"
 
 
 def warm_batch_path(spark: SparkSession, process: ProcessBatch, processor_id: str,
-                    key_hash: KeyHash) -> float:
+                    key_hash: KeyHash, collect: Callable[[Any], None] | None = None
+                    ) -> float:
     """Run ``process`` (a ``process_task`` app's) once on a Kafka batch that keeps no
-    record, as a batch of the worker's would; the seconds it took."""
+    record, as a batch of the worker's would; the seconds it took. ``collect``: an
+    exactly-once worker's (its batches' output is collected for the commit's
+    transaction, not written by Spark's Kafka sink), given the warm-up's (empty) output."""
     started = time.monotonic()
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = tuple(f"{TOPIC} {i}" for i in range(2))
@@ -55,7 +60,8 @@ def warm_batch_path(spark: SparkSession, process: ProcessBatch, processor_id: st
     adaptive = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        process(mine, BatchContext(processor_id, 0, -1, spark, tasks, key_hash=key_hash))
+        process(mine, BatchContext(processor_id, 0, -1, spark, tasks, collect=collect,
+                                   key_hash=key_hash))
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", adaptive or "true")
     return time.monotonic() - started
