@@ -315,7 +315,10 @@ def run_worker(args: argparse.Namespace) -> None:
                 if not stop.is_set():
                     raise
         if args.api == "task" and not stop.is_set():
-            warm_up(spark, process_batch, args.processor_id or "", exactly_once is not None)
+            warm_up(spark, process_batch, args.processor_id or "", exactly_once is not None,
+                    # (the runners read their ranges: ``Worker``'s ``task_reads``)
+                    config.kafka if args.kafka_reader == "python" and (
+                        state is None or is_local_master(args.spark_master)) else None)
         worker = Worker(config, process_batch, spark, cut_signals=signals)
         terminations.then(worker.stop)
         if not stop.is_set():
@@ -338,7 +341,8 @@ def run_worker(args: argparse.Namespace) -> None:
                 "nothing", terminations.received)
 
 
-def warm_up(spark: Any, process_batch: Any, processor_id: str, exactly_once: bool) -> None:
+def warm_up(spark: Any, process_batch: Any, processor_id: str, exactly_once: bool,
+            kafka: KafkaClientSettings | None = None) -> None:
     """The batch path run once before the worker takes tasks (``worker.runtime.warm_up``;
     an exactly-once worker's output collected, as its batches' is): a speed-up only, so a
     failure is logged and the worker starts all the same."""
@@ -348,7 +352,7 @@ def warm_up(spark: Any, process_batch: Any, processor_id: str, exactly_once: boo
     log = logging.getLogger("coxswain.worker")
     try:
         took = warm_batch_path(spark, process_batch, processor_id, DEFAULT_KEY_HASH,
-                               (lambda output: None) if exactly_once else None)
+                               (lambda output: None) if exactly_once else None, kafka)
     except Exception as e:
         log.warning("the batch path was not warmed up (%s): the first batch does that work",
                     str(e).splitlines()[0] if str(e) else type(e).__name__)

@@ -38,15 +38,17 @@ def test_the_warm_up_runs_every_stage_and_no_task(spark: SparkSession,
     spark.sparkContext.setJobGroup(group, "the warm-up under test")
     try:
         warm_batch_path(spark, task_api(never, topic, kafka.bootstrap), "w1",
-                        DEFAULT_KEY_HASH)
+                        DEFAULT_KEY_HASH, kafka=kafka.client_settings())
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     tracker = spark.sparkContext.statusTracker()
     stages = [s for j in tracker.getJobIdsForGroup(group)
               for s in tracker.getJobInfo(j).stageIds]  # type: ignore[union-attr]
-    # the placement's shuffle, then the tasks' mapInPandas and the Kafka sink
-    assert len(stages) >= 2
+    # the placement's shuffle, then the tasks' mapInPandas and the Kafka sink; then the
+    # runners reading their (no) ranges, a Spark task per core
+    assert len(stages) >= 3
     assert all(tracker.getStageInfo(s).numTasks > 0 for s in stages)  # type: ignore[union-attr]
+    assert tracker.getStageInfo(max(stages)).numTasks == 2  # type: ignore[union-attr]
     # no record written: the sink never even made the topic
     topics = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10)
     assert topic not in topics.topics
@@ -61,6 +63,6 @@ def test_an_exactly_once_workers_warm_up_collects_its_empty_output(
     topic = f"warm-{uuid.uuid4().hex[:8]}"
     collected: list[Any] = []
     warm_batch_path(spark, task_api(never, topic, kafka.bootstrap), "w1", DEFAULT_KEY_HASH,
-                    collected.append)
-    assert [t.num_rows for t in collected] == [0]
+                    collected.append, kafka.client_settings())
+    assert [t.num_rows for t in collected] == [0, 0]  # (both paths)
     assert collected[0].column_names == ["key", "value"]

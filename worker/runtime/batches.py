@@ -23,6 +23,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
+from common.kafka_clients import KafkaClientSettings
 from worker.batch_size import BatchSize, after_batch, after_time_cut
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
@@ -54,8 +55,9 @@ from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, 
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.progress import ProgressLog
 from worker.runtime.task_api import placed_by_reads
+from worker.runtime.task_reads import Routes, TaskReads
 from worker.sources.jvm_kafka import Planned, planned_ranges
-from worker.sources.kafka import readers_of
+from worker.sources.kafka import readers_of, reads_of
 from worker.sources.source_plan import split_key
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import new_checkpoint_id
@@ -94,7 +96,8 @@ class BatchRunner:
                  cut_signals: CutSignals | None = None,
                  read_ranges: Callable[[Planned], DataFrame] | None = None,
                  placement: Placement | None = None,
-                 bucket_counts: BucketCounts | None = None) -> None:
+                 bucket_counts: BucketCounts | None = None,
+                 task_reads: KafkaClientSettings | None = None) -> None:
         self._spark = spark
         self._buckets = bucket_counts  # how partitions spread over buckets, counted
         self._rows_counted: Any = None  # the accumulator of rows per task (made at first)
@@ -153,6 +156,11 @@ class BatchRunner:
         # a cluster master with state: each task pinned to an executor
         # (``worker.cluster.placement``)
         self._placement = placement
+        # ``process_task`` on the Python source: a batch whose tasks run where they are
+        # read has its runners read its ranges (``worker.runtime.task_reads``)
+        self._task_reads = task_reads
+        self._time_zone: str | None = None  # the session's (read once)
+        self._planned_readers = 1  # the batch in flight's Spark tasks reading it
 
     # -- the running tasks (each change applied at the batch boundary)
 
@@ -428,6 +436,7 @@ class BatchRunner:
         if found is None or not isinstance(found.get("p"), dict):
             return None
         self._ranges_read = found["p"]
+        self._planned_readers = max(1, int(found.get("r") or 1))
         # the source plan's version the batch was planned under (a change since: cut it)
         self._planned_under = int(found.get("v") or 0)
         ends: Ends = {}
@@ -552,6 +561,7 @@ class BatchRunner:
         placed = slots is not None or placed_by_reads(
             readers, len(with_rows), self._spark.sparkContext.defaultParallelism,
             max(with_rows.values(), default=0))
+        reads = self._reads(plan) if placed and slots is None and remote is None else None
         cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
@@ -570,7 +580,7 @@ class BatchRunner:
                 str(states.state_dir) if states and remote is None else None,
                 checkpoint_id, placed, cut, executor_state,
                 output.append if self.transactions is not None else None, task_rows,
-                plan.key_hash))
+                plan.key_hash, reads))
         finally:
             if timer is not None:
                 timer.cancel()
@@ -626,6 +636,18 @@ class BatchRunner:
         except (Fenced, LeaseLost) as e:
             self._refused(e)
         return bool(left), timed
+
+    def _reads(self, plan: QueryPlan) -> TaskReads | None:
+        """The batch in flight's reading by its tasks' runners, when they may read it
+        (None: the source's rows are processed)."""
+        if self._task_reads is None or plan.system != "kafka" or not self._ranges_read:
+            return None
+        groups = reads_of({"p": self._ranges_read}, self._planned_readers)
+        if not groups:
+            return None
+        if self._time_zone is None:
+            self._time_zone = str(self._spark.conf.get("spark.sql.session.timeZone"))
+        return TaskReads(tuple(groups), self._task_reads, Routes.of(plan), self._time_zone)
 
     def _processed(self, plan: QueryPlan, left: Left) -> int:
         """About how many records the batch in flight processed before it was cut

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     # (the driver's: a Python worker running tasks never needs it, nor its clients)
     from worker.output.exactly_once import ExactlyOnce
+    from worker.runtime.task_reads import TaskReads
 
 #: the columns user code sees: Kafka input
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "keyBucket",
@@ -119,6 +120,9 @@ class BatchContext:
     task_rows: Any = None
     # the job's key hash: a task's new state store is ordered by it (None: the default)
     key_hash: KeyHash | None = None
+    # a Kafka batch whose tasks' runners read its ranges themselves (the DataFrame
+    # handed over is then not what ``process_task`` runs on: ``worker.runtime.task_reads``)
+    reads: TaskReads | None = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

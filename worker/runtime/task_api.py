@@ -21,6 +21,7 @@ from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
 from worker.python_workers import settle
 from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
+from worker.runtime.task_reads import TaskReads
 from worker.state.executor import ExecutorStatePlan, executor_task_state
 from worker.state.store import TaskStore
 from worker.state.tasks import task_state
@@ -61,11 +62,32 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
     per core or per partition), is run where it was read: the read and the user's code
     in one stage, without the shuffle's second stage (its Python tasks cost ~50 ms each
     here, a third of a small batch)."""
+    runner = _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir,
+                               ctx.checkpoint_id, ctx.cut, ctx.executor_state, ctx.task_rows,
+                               ctx.key_hash)
+    if ctx.reads is not None and ctx.reads.groups:
+        # the runners read the batch's ranges themselves (``worker.runtime.task_reads``):
+        # one Spark task per group of ranges, as the source would have read them
+        n = len(ctx.reads.groups)
+        return ctx.spark.range(0, n, 1, n).mapInPandas(_reading(runner, ctx.reads),
+                                                        OUTPUT_SCHEMA)
     placed = df if ctx.tasks_placed else place_tasks(df, ctx)
-    return placed.mapInPandas(
-        _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir, ctx.checkpoint_id,
-                          ctx.cut, ctx.executor_state, ctx.task_rows, ctx.key_hash),
-        OUTPUT_SCHEMA)
+    return placed.mapInPandas(runner, OUTPUT_SCHEMA)
+
+
+def _reading(runner: Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]],
+             reads: TaskReads) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """``runner`` fed the records of the groups its Spark task's input rows number."""
+
+    def run(groups: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        def frames() -> Iterator[pd.DataFrame]:
+            for numbers in groups:
+                for i in numbers["id"].tolist():
+                    yield from reads.frames(int(i))
+
+        yield from runner(frames())
+
+    return run
 
 
 #: Spark partitions per core a batch's tasks are placed on. Every Spark task that runs

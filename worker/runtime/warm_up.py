@@ -11,8 +11,10 @@ a Kafka producer for the output; the Python workers importing the task runner's 
 Running the same path once (the batch's expressions, the placement shuffle, the tasks'
 ``mapInPandas``, the output's Kafka sink) for two made-up tasks, over a row per core of the
 source's columns that the batch's filter drops, does all of that while the worker starts,
-before it holds any task. No task runs (``process_task`` is called for tasks with rows
-only), nothing is written, no state is opened, nothing is committed.
+before it holds any task; then the path of a batch whose runners read its ranges
+themselves (``worker.runtime.task_reads``), over no range. No task runs
+(``process_task`` is called for tasks with rows only), nothing is read or written, no
+state is opened, nothing is committed.
 """
 
 from __future__ import annotations
@@ -23,22 +25,26 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from common.kafka_clients import KafkaClientSettings
 from grouping.key_hash import KeyHash
 from worker.plan import QueryPlan, SspStart
 from worker.runtime.contexts import COLUMNS, BatchContext, ProcessBatch
-from worker.sources.kafka import SCHEMA
+from worker.runtime.task_reads import Routes, TaskReads
+from worker.sources.kafka import SCHEMA, KafkaRead
 
 #: the made-up input the warm-up's tasks "read" (no such topic is read or written)
 TOPIC = "coxswain-warm-up"
 
 
 def warm_batch_path(spark: SparkSession, process: ProcessBatch, processor_id: str,
-                    key_hash: KeyHash, collect: Callable[[Any], None] | None = None
-                    ) -> float:
+                    key_hash: KeyHash, collect: Callable[[Any], None] | None = None,
+                    kafka: KafkaClientSettings | None = None) -> float:
     """Run ``process`` (a ``process_task`` app's) once on a Kafka batch that keeps no
     record, as a batch of the worker's would; the seconds it took. ``collect``: an
     exactly-once worker's (its batches' output is collected for the commit's
-    transaction, not written by Spark's Kafka sink), given the warm-up's (empty) output."""
+    transaction, not written by Spark's Kafka sink), given the warm-up's (empty) output.
+    ``kafka``: the worker's brokers, when its task runners read their batches' ranges
+    (then that path is run too, over no range: nothing is read)."""
     started = time.monotonic()
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = tuple(f"{TOPIC} {i}" for i in range(2))
@@ -62,6 +68,11 @@ def warm_batch_path(spark: SparkSession, process: ProcessBatch, processor_id: st
     try:
         process(mine, BatchContext(processor_id, 0, -1, spark, tasks, collect=collect,
                                    key_hash=key_hash))
+        if kafka is not None:
+            reads = TaskReads((KafkaRead(()),) * cores, kafka, Routes.of(plan),
+                              str(spark.conf.get("spark.sql.session.timeZone")))
+            process(mine, BatchContext(processor_id, 0, -1, spark, tasks, tasks_placed=True,
+                                       collect=collect, key_hash=key_hash, reads=reads))
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", adaptive or "true")
     return time.monotonic() - started

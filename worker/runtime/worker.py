@@ -99,7 +99,10 @@ class Worker:
             # (pinned tasks read their own ranges: no batch read planned for them)
             if config.kafka_reader == "jvm" and self._placement is None else None,
             self._placement, BucketCounts(config.bucket_sample_interval_s,
-                                          in_tasks=config.api == "task"))
+                                          in_tasks=config.api == "task"),
+            # (``process_task``'s runners read a batch's ranges where they may)
+            config.kafka if config.api == "task" and config.kafka_reader == "python"
+            and self._placement is None else None)
         self._keeper: StateKeeper | None = None
         self._handing_over = HandingOver()  # reported in the heartbeats
         # a query dying of anything but the app's code is started again (bounded)

@@ -86,6 +86,16 @@ def _groups(ranges: list[KafkaRange], readers: int) -> list[KafkaRead]:
             if g]
 
 
+def reads_of(offsets: Mapping[str, Any], readers: int | None = None) -> list[KafkaRead]:
+    """The Spark input partitions reading the batch of ``offsets`` (the end offset a
+    batch was planned to): its ranges with records over at most ``readers`` (default:
+    the ``r`` it was planned with)."""
+    ranges = [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
+              for k, r in sorted((offsets.get("p") or {}).items()) if r["to"] > r["from"]]
+    return _groups(ranges, max(1, int(offsets.get("r") or 1)) if readers is None
+                   else readers)
+
+
 def readers_of(offsets: Mapping[str, Any]) -> int:
     """How many Spark tasks read the batch of ``offsets`` (the end offset a batch was
     planned to): one per Kafka partition with records, at most ``r``. Every Kafka
@@ -183,9 +193,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 for tp, f in futures.items()}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRead]:
-        ranges = [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
-                  for k, r in sorted(end.get("p", {}).items()) if r["to"] > r["from"]]
-        return _groups(ranges, self._readers)
+        return reads_of(end, self._readers)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaRead)
@@ -297,4 +305,5 @@ def kafka_stream(spark: Any, plan: Path, bootstrap: Brokers,
             .load())
 
 
-__all__ = ["NAME", "KafkaDataSource", "KafkaRange", "KafkaRead", "SourcePlan", "kafka_stream"]
+__all__ = ["NAME", "KafkaDataSource", "KafkaRange", "KafkaRead", "SourcePlan", "kafka_stream",
+           "reads_of"]
