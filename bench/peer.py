@@ -11,8 +11,10 @@ Jobs:
   ``transformWithStateInPandas`` on its RocksDB state store provider), one output record
   per input record carrying the key's count; every run checks the final counts.
 
-Throughput: each run has a topic of its own. The system is started and warmed on a few
-records (Python workers spawned, consumers connected: start-up excluded for both); then a
+Throughput: each run has a topic of its own. The system is started and warmed on
+``--warm-records`` records (Python workers spawned, consumers connected, the JVM's
+just-in-time compiler through the hot paths: start-up excluded for both, as in a job
+that has run a while); then a
 backlog of ``--records`` records is written in one Kafka transaction, which both systems
 read ``read_committed``, so the whole backlog appears at one instant, the commit.
 Records/s is the backlog over the commit to the last output record's append time: every
@@ -133,19 +135,32 @@ def _plain_counter() -> Any:
 
 # -- input and output
 
-WARM_RECORDS = 200  # written before the backlog: the systems warmed on them
+#: written before the backlog: the systems warmed on them. A few hundred start the Python
+#: workers and connect the consumers, but leave the JVM's just-in-time compiler cold: the
+#: first batch of 100 000 records then spends ~0.9 s of CPU in C1 and C2 compilations on
+#: a 2-core host (the worker JVM's compiler threads, measured). Plain Spark's JVM is the
+#: bench process's own and stays warm from one run to the next (its first run in a
+#: process: 22-38k records/s, its third 67-94k); a worker's JVM is new in each run
+WARM_RECORDS = 50_000
 
 
 def _keyed(i: int, keys: int) -> bytes:
     return f"user-{i * 7919 % keys}".encode()
 
 
-def produce_warm(kafka: LocalKafka, topic: str, per_key: dict[bytes, int]) -> None:
-    """The warm-up records (keys of their own, counted in ``per_key``)."""
-    p = Producer(kafka.client_settings().client({"acks": "all", "log_level": 2}))
-    for i in range(WARM_RECORDS):
+def produce_warm(kafka: LocalKafka, topic: str, per_key: dict[bytes, int],
+                 n: int = WARM_RECORDS) -> None:
+    """``n`` warm-up records (keys of their own, counted in ``per_key``)."""
+    p = Producer(kafka.client_settings().client({"acks": "all", "linger.ms": 5,
+                                                 "log_level": 2}))
+    for i in range(n):
         key = f"warm-{i % 20}".encode()
-        p.produce(topic, key=key, value=f"{per_key[key]} {time.time():.6f}".encode())
+        while True:
+            try:
+                p.produce(topic, key=key, value=f"{per_key[key]} {time.time():.6f}".encode())
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.1)
         per_key[key] += 1
     p.flush(60)
 
@@ -257,15 +272,16 @@ def throughput(out: list[tuple[float, bytes, bytes]], since: float, n: int, job:
 
 
 def backlog_run(kafka: LocalKafka, source: str, out_topic: str, job: str, n: int,
-                keys: int) -> Measured:
-    """Warm the running system, write the backlog, measure it drained."""
+                keys: int, warm: int = WARM_RECORDS) -> Measured:
+    """Warm the running system on ``warm`` records, write the backlog, measure it
+    drained."""
     per_key: dict[bytes, int] = defaultdict(int)
     out = Output(kafka, out_topic)
     try:
-        produce_warm(kafka, source, per_key)
-        out.until(WARM_RECORDS)
+        produce_warm(kafka, source, per_key, warm)
+        out.until(warm)
         committed = produce_backlog(kafka, source, n, keys, per_key)
-        return throughput(out.until(WARM_RECORDS + n), committed, n, job, dict(per_key))
+        return throughput(out.until(warm + n), committed, n, job, dict(per_key))
     finally:
         out.close()
 
@@ -383,6 +399,9 @@ def main() -> None:
                         help="the backlog of the 2 ms job")
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warm-records", type=int, default=WARM_RECORDS,
+                        help="records each system runs before it is measured (the sleep "
+                             "and count jobs: a tenth, at most their backlog)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--factors", type=int, nargs="+", default=[1])
     parser.add_argument("--latency", action="store_true",
@@ -405,10 +424,14 @@ def main() -> None:
             tmp = Path(tmp_name)
             for job in args.jobs:
                 n = args.sleep_records if job == "sleep" else args.records
+                # (the sleep job's 2 ms a record and plain Spark's count at ~2 000
+                # records/s: a tenth of the zero job's warm-up is seconds of either)
+                warm = (args.warm_records if job == "zero"
+                        else min(args.warm_records // 10, n))
 
-                def backlog(out_topic: str, source: str, job: str = job, n: int = n
-                            ) -> Measured:
-                    return backlog_run(kafka, source, out_topic, job, n, args.keys)
+                def backlog(out_topic: str, source: str, job: str = job, n: int = n,
+                            warm: int = warm) -> Measured:
+                    return backlog_run(kafka, source, out_topic, job, n, args.keys, warm)
 
                 for run in range(args.runs):  # alternated: drift hits both alike
                     found = run_plain(kafka, _topic(kafka), job, args.master, tmp, backlog)
@@ -431,11 +454,12 @@ def main() -> None:
                                   stop: threading.Event = stop) -> Measured:
                             out = Output(kafka, out_topic)
                             try:  # warmed first, as for throughput
-                                produce_warm(kafka, source, defaultdict(int))
-                                out.until(WARM_RECORDS)
+                                produce_warm(kafka, source, defaultdict(int),
+                                             args.warm_records)
+                                out.until(args.warm_records)
                                 sent = produce_at(kafka, source, args.latency_rate,
                                                   args.latency_seconds, stop)
-                                return latencies(out.until(WARM_RECORDS + sent))
+                                return latencies(out.until(args.warm_records + sent))
                             finally:
                                 out.close()
 
@@ -451,6 +475,7 @@ def main() -> None:
         kafka.destroy()
     print(f"load average at end: {os.getloadavg()}")
     print(f"\nmedians of {args.runs} runs, master {args.master}, "
+          f"warmed on {args.warm_records} records, "
           f"worker args {args.worker_args or '(defaults)'}")
     print("| job | plain Spark rec/s | Coxswain | rec/s | x plain |")
     print("|---|---|---|---|---|")
