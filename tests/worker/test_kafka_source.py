@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from service.local.kafka import LocalKafka
 from service.local.orders import create_topics
-from worker.sources.kafka import KafkaRange, _groups, read_range
+from worker.sources.kafka import KafkaRange, _budget, _groups, batch_limit, read_range
 from worker.sources.kafka_consumers import ConsumerPool
 
 
@@ -118,3 +118,20 @@ def test_a_batch_is_read_by_at_most_one_spark_task_per_core_the_biggest_ranges_s
     two = _groups(ranges, 2)
     loads = sorted(sum(r.end - r.start for r in read.ranges) for read in two)
     assert loads == [550, 550]  # 500 + 40 + 10 against 300 + 250
+
+
+def test_a_backlog_a_little_over_the_steered_limit_is_read_in_one_batch() -> None:
+    """A few records left over would be a batch of their own (a whole batch's fixed cost
+    for them): within a tenth over the steered limit the batch reads them too, never
+    over the user's ceiling; further over, the steered limit holds."""
+    assert batch_limit(100_002, None, 100_000) == 100_002
+    assert batch_limit(110_000, None, 100_000) == 110_000
+    assert batch_limit(110_001, None, 100_000) == 100_000
+    assert batch_limit(100_002, 100_001, 100_000) == 100_001  # the user's ceiling
+    assert batch_limit(50, None, 100_000) == 100_000
+    assert batch_limit(5, 3, None) == 3
+    assert batch_limit(5, None, None) is None
+    assert batch_limit(1, None, 1) == 1
+    # what the source then reads per partition: all of it
+    limit = batch_limit(100_002, None, 100_000)
+    assert sum(_budget({"t/0": 50_001, "t/1": 50_001}, limit).values()) == 100_002
