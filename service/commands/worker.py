@@ -316,9 +316,7 @@ def run_worker(args: argparse.Namespace) -> None:
                     raise
         if args.api == "task" and not stop.is_set():
             warm_up(spark, process_batch, args.processor_id or "", exactly_once is not None,
-                    # (the runners read their ranges: ``Worker``'s ``task_reads``)
-                    config.kafka if args.kafka_reader == "python" and (
-                        state is None or is_local_master(args.spark_master)) else None)
+                    config.task_reads)
         worker = Worker(config, process_batch, spark, cut_signals=signals)
         terminations.then(worker.stop)
         if not stop.is_set():

@@ -12,6 +12,7 @@ from common.kafka_clients import KafkaClientSettings, plain
 from common.tls import ClientTls
 from grouping.key_hash import KeyHash
 from worker.cuts import CutPlan
+from worker.runtime.app import is_local_master
 from worker.state.executor import ExecutorStatePlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
@@ -90,6 +91,16 @@ class WorkerConfig:
     def kafka(self) -> KafkaClientSettings:
         """What every Kafka client of the worker is made with."""
         return self.kafka_client or plain(self.kafka_bootstrap)
+
+    @property
+    def task_reads(self) -> KafkaClientSettings | None:
+        """The brokers ``process_task``'s runners read a batch's ranges from themselves
+        (``worker.runtime.task_reads``), or None: with ``--api batch``, the JVM reader,
+        or tasks pinned to a cluster's executors (state on a cluster master), batches
+        run on the source's rows."""
+        pinned = self.state is not None and not is_local_master(self.spark_master)
+        return (self.kafka if self.api == "task" and self.kafka_reader == "python"
+                and not pinned else None)
 
 
 @dataclass(frozen=True)

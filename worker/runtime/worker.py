@@ -100,9 +100,7 @@ class Worker:
             if config.kafka_reader == "jvm" and self._placement is None else None,
             self._placement, BucketCounts(config.bucket_sample_interval_s,
                                           in_tasks=config.api == "task"),
-            # (``process_task``'s runners read a batch's ranges where they may)
-            config.kafka if config.api == "task" and config.kafka_reader == "python"
-            and self._placement is None else None)
+            config.task_reads)
         self._keeper: StateKeeper | None = None
         self._handing_over = HandingOver()  # reported in the heartbeats
         # a query dying of anything but the app's code is started again (bounded)
