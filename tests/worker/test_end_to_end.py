@@ -277,15 +277,20 @@ def test_join_graceful_leave_and_kill_9(
         assert queries_started(tmp_path, pid) == [1]
 
 
+@pytest.mark.parametrize("master", ["local[2]", "local[4]"])
 def test_process_task_runs_per_virtual_task_in_offset_order(
-    start_server: StartServer, kafka: LocalKafka, tmp_path: Path
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path, master: str
 ) -> None:
+    """8 tasks over 2 partitions: on 2 cores each partition's reader runs its 4 tasks; on
+    4 each partition is read by two Spark tasks, each running 2 of its tasks
+    (``task_reads.split_reads``)."""
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(1500)
     server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4")
     worker = start_worker(tmp_path, server.url, kafka, output, "w0", "--api", "task",
-                          "--output-topic", output)
+                          "--output-topic", output, "--spark-master", master,
+                          "--log-level", "INFO,coxswain.worker.batches=DEBUG")
     try:
         wait_output(kafka, output, producing.total)
     finally:
@@ -302,6 +307,9 @@ def test_process_task_runs_per_virtual_task_in_offset_order(
     # the worker's INFO log is for people (#50): progress lines, version changes, and no
     # per-request HTTP lines, Spark progress bars or warnings a worker causes by design
     log = (tmp_path / "w0.log").read_text()
+    split = re.findall(r"batch \d+: (\d+) ranges read by (\d+) Spark tasks", log)
+    # (a batch of one partition's records alone is read by 4 Spark tasks)
+    assert (bool(split) and {r for _, r in split} <= {"4"}) == (master == "local[4]"), split
     assert re.search(r"INFO coxswain.worker batch(?:es \d+-\d+| \d+): \d+ records for", log), log
     assert re.search(r"version \d+: starting Partition", log), log
     for noise in ("HTTP Request", "[Stage ", "falling behind", "resolves to a loopback",

@@ -16,6 +16,8 @@ import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from confluent_kafka import Producer
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from grouping.key_bucket import key_bucket
@@ -26,7 +28,7 @@ from worker.plan import EARLIEST, LATEST, QueryPlan, Skip, SspStart
 from worker.runtime import TaskContext, spark_session
 from worker.runtime.contexts import COLUMNS, BatchContext
 from worker.runtime.task_api import run_tasks
-from worker.runtime.task_reads import Routes, TaskReads, _frame
+from worker.runtime.task_reads import Routes, TaskReads, _frame, split_reads
 from worker.sources.kafka import KafkaRange, _batch, reads_of
 
 
@@ -131,8 +133,46 @@ def _seen(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
             strict=True)]})
 
 
+@given(st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 8)), min_size=1, max_size=6),
+       st.integers(1, 16))
+def test_split_reads_run_every_task_once_over_at_most_the_readers(
+        partitions: list[tuple[int, int]], readers: int) -> None:
+    ranges = [KafkaRange("t", p, 10, 10 + n) for p, (n, _) in enumerate(partitions)]
+    tasks_of = {("t", p): [f"P{p} b{b}" for b in range(k)] for p, (_, k) in enumerate(partitions)}
+    reads, shares = split_reads(ranges, tasks_of, readers)
+    assert len(reads) == len(shares)
+    # every range read whole, by at least one Spark task and by no more than its tasks
+    by_range: dict[int, list[frozenset[str]]] = {}
+    for read, share in zip(reads, shares, strict=True):
+        (r,) = read.ranges
+        assert r in ranges
+        by_range.setdefault(r.partition, []).append(share)
+    assert set(by_range) == set(range(len(ranges)))
+    for p, got in by_range.items():
+        tasks = tasks_of[("t", p)]
+        assert len(got) <= max(1, len(tasks))
+        # each of the partition's tasks in exactly one share, no share empty but for a
+        # partition with no task; the shares within one task of each other in size
+        listed = [t for share in got for t in share]
+        assert sorted(listed) == sorted(tasks)
+        assert all(got) or not tasks
+        assert max(map(len, got)) - min(map(len, got)) <= 1
+    # as many Spark tasks as asked for, where the tasks allow it
+    assert len(reads) == max(len(ranges), min(readers, sum(max(1, k) for _, k in partitions)))
+
+
+def test_split_reads_give_extra_readers_to_the_most_records_per_reader() -> None:
+    ranges = [KafkaRange("t", 0, 0, 9000), KafkaRange("t", 1, 0, 1000)]
+    tasks_of = {("t", p): [f"P{p} b{b}" for b in range(4)] for p in range(2)}
+    reads, shares = split_reads(ranges, tasks_of, 4)
+    assert [r.ranges[0].partition for r in reads] == [0, 0, 0, 1]
+    assert shares[:3] == (frozenset({"P0 b0", "P0 b3"}), frozenset({"P0 b1"}),
+                          frozenset({"P0 b2"}))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["as-planned", "split"])
 def test_runners_read_real_ranges_each_record_once_to_its_task_in_order(
-        spark: SparkSession, kafka: LocalKafka) -> None:
+        spark: SparkSession, kafka: LocalKafka, split: bool) -> None:
     topic = f"reads-{uuid.uuid4().hex[:8]}"
     create_topics(kafka.client_settings(), [(topic, 2)])
     producer = Producer(kafka.client_settings().client({"acks": "all", "log_level": 2}))
@@ -152,9 +192,16 @@ def test_runners_read_real_ranges_each_record_once_to_its_task_in_order(
                             SspStart("c", topic, 1, 1, 50)), key_hash=KeyHash.XXHASH64)
     offsets = {"v": 1, "r": 2, "p": {f"{topic}/0": {"from": 0, "to": 200, "g": 1},
                                      f"{topic}/1": {"from": 0, "to": 200, "g": 1}}}
-    reads = TaskReads(tuple(reads_of(offsets)), kafka.client_settings(), Routes.of(plan),
-                      str(spark.conf.get("spark.sql.session.timeZone")))
-    assert len(reads.groups) == 2
+    zone = str(spark.conf.get("spark.sql.session.timeZone"))
+    if split:  # partition 0's range read twice, once for a, once for b
+        groups, shares = split_reads([r for g in reads_of(offsets) for r in g.ranges],
+                                     {(topic, 0): ["a", "b"], (topic, 1): ["c"]}, 4)
+        reads = TaskReads(groups, kafka.client_settings(), Routes.of(plan), zone, shares)
+        assert shares == (frozenset("a"), frozenset("b"), frozenset("c"))
+    else:
+        reads = TaskReads(tuple(reads_of(offsets)), kafka.client_settings(),
+                          Routes.of(plan), zone)
+        assert len(reads.groups) == 2
     ctx = BatchContext("w0", 3, 0, spark, ("a", "b", "c"), tasks_placed=True, reads=reads)
     # (the DataFrame handed over is not read: the runners read the ranges)
     out = run_tasks(spark.range(0), _seen, ctx).collect()

@@ -55,7 +55,7 @@ from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, 
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
 from worker.runtime.progress import ProgressLog
 from worker.runtime.task_api import placed_by_reads
-from worker.runtime.task_reads import Routes, TaskReads
+from worker.runtime.task_reads import Routes, TaskReads, split_reads
 from worker.sources.jvm_kafka import Planned, planned_ranges
 from worker.sources.kafka import readers_of, reads_of
 from worker.sources.source_plan import split_key
@@ -558,10 +558,19 @@ class BatchRunner:
         # a Kafka partition's rows are read by one Spark task: when the reading tasks
         # are as many as the tasks with rows could use, they run where they were read
         with_rows = Counter(s.task for s in plan.starts if (s.topic, s.partition) in ends)
-        placed = slots is not None or placed_by_reads(
-            readers, len(with_rows), self._spark.sparkContext.defaultParallelism,
-            max(with_rows.values(), default=0))
-        reads = self._reads(plan) if placed and slots is None and remote is None else None
+        cores = self._spark.sparkContext.defaultParallelism
+        most = max(with_rows.values(), default=0)
+        placed = slots is not None or placed_by_reads(readers, len(with_rows), cores, most)
+        reads = None
+        if slots is None and remote is None and most <= 1:
+            # not placed: more tasks with rows than reads and cores to spare, so the
+            # reads are split among them rather than the rows shuffled onto them
+            reads = self._reads(plan, None if placed else min(len(with_rows), cores))
+            if reads is not None and reads.shares:
+                trace.debug("batch %d: %d ranges read by %d Spark tasks, each running its "
+                            "share of their %d tasks", batch_id, len(ends),
+                            len(reads.groups), len(with_rows))
+            placed = placed or reads is not None
         cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
@@ -637,17 +646,27 @@ class BatchRunner:
             self._refused(e)
         return bool(left), timed
 
-    def _reads(self, plan: QueryPlan) -> TaskReads | None:
+    def _reads(self, plan: QueryPlan, split: int | None = None) -> TaskReads | None:
         """The batch in flight's reading by its tasks' runners, when they may read it
-        (None: the source's rows are processed)."""
+        (None: the source's rows are processed): grouped as the source planned them, or
+        ``split`` among that many Spark tasks (``task_reads.split_reads``)."""
         if self._task_reads is None or plan.system != "kafka" or not self._ranges_read:
             return None
-        groups = reads_of({"p": self._ranges_read}, self._planned_readers)
+        shares: tuple[frozenset[str], ...] = ()
+        if split is None:
+            groups = tuple(reads_of({"p": self._ranges_read}, self._planned_readers))
+        else:
+            ranges = [r for g in reads_of({"p": self._ranges_read}, len(self._ranges_read))
+                      for r in g.ranges]
+            tasks_of: dict[tuple[str, int], list[str]] = {}
+            for s in plan.starts:
+                tasks_of.setdefault((s.topic, s.partition), []).append(s.task)
+            groups, shares = split_reads(ranges, tasks_of, split)
         if not groups:
             return None
         if self._time_zone is None:
             self._time_zone = str(self._spark.conf.get("spark.sql.session.timeZone"))
-        return TaskReads(tuple(groups), self._task_reads, Routes.of(plan), self._time_zone)
+        return TaskReads(groups, self._task_reads, Routes.of(plan), self._time_zone, shares)
 
     def _processed(self, plan: QueryPlan, left: Left) -> int:
         """About how many records the batch in flight processed before it was cut

@@ -18,11 +18,19 @@ bucket, the filter and the task name in Python exactly as the batch's SQL does
 (:class:`Routes`; a test runs both on the same records). The streaming source still plans
 every batch (the offsets, the source plan, the batch size); its own rows are never
 computed, as with ``--kafka-reader jvm``.
+
+A batch with fewer Kafka partitions with records than the tasks and cores could use
+(F=4 over 2 partitions on 4 cores) was shuffled onto its tasks: two Python workers per
+Spark task and a second stage. Its runners split the reads instead (:func:`split_reads`):
+a partition's range is read by as many Spark tasks as it gets, each keeping its own share
+of the partition's tasks. Every task still runs in one Spark task, its rows in offset
+order; the cost is reading the range once per share (the fetch and the key hash), where
+the shuffle moved every row through the JVM twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +40,7 @@ from common.kafka_clients import KafkaClientSettings
 from grouping.key_hash import KeyHash, hasher
 from worker.plan import QueryPlan, Skip
 from worker.runtime.contexts import COLUMNS
-from worker.sources.kafka import KafkaRead, read_range
+from worker.sources.kafka import KafkaRange, KafkaRead, read_range
 
 #: what a partition's starts say: (key bucket or -1 for the whole partition, start, task)
 Entry = tuple[int, int, str]
@@ -60,9 +68,11 @@ class Routes:
         return cls(plan.factor, plan.key_hash,
                    tuple((k, tuple(v)) for k, v in sorted(found.items())), plan.skips)
 
-    def route(self, topic: str, partition: int, rows: pd.DataFrame) -> pd.DataFrame:
+    def route(self, topic: str, partition: int, rows: pd.DataFrame,
+              tasks: frozenset[str] = frozenset()) -> pd.DataFrame:
         """``rows`` of one Kafka partition (the source's columns) that the batch keeps,
-        with their ``keyBucket`` and ``taskName``, in :data:`COLUMNS`' order."""
+        with their ``keyBucket`` and ``taskName``, in :data:`COLUMNS`' order; only those
+        of ``tasks`` when given (a share of a split read)."""
         entries = dict(self.entries).get((topic, partition), ())
         skips = [w for w in self.skips if (w.topic, w.partition) == (topic, partition)]
         if not entries or not len(rows):
@@ -94,6 +104,8 @@ class Routes:
             match = ~named & (bucket == b) if b >= 0 else ~named
             task[match] = name
             named |= match
+        if tasks:
+            keep &= np.isin(task, list(tasks))
         return _routed(rows[keep], bucket[keep], task[keep])
 
 
@@ -115,13 +127,48 @@ class TaskReads:
     #: the Spark session's time zone: a record's timestamp as PySpark hands it to pandas
     #: (naive, in that zone)
     time_zone: str
+    #: per group, the tasks it runs (a split read's share); empty: all of its ranges'
+    shares: tuple[frozenset[str], ...] = ()
 
     def frames(self, group: int) -> Iterator[pd.DataFrame]:
         """Group ``group``'s records as the batch's rows (:data:`COLUMNS`), a range's
         Arrow batch at a time (in the executor's Python worker)."""
+        share = self.shares[group] if self.shares else frozenset()
         for r in self.groups[group].ranges:
             for batch in read_range(self.kafka, r):
-                yield self.routes.route(r.topic, r.partition, _frame(batch, self.time_zone))
+                yield self.routes.route(r.topic, r.partition, _frame(batch, self.time_zone),
+                                        share)
+
+
+def split_reads(ranges: Sequence[KafkaRange],
+                tasks_of: Mapping[tuple[str, int], Sequence[str]], readers: int
+                ) -> tuple[tuple[KafkaRead, ...], tuple[frozenset[str], ...]]:
+    """``readers`` Spark tasks over ``ranges`` (one Kafka partition each, each with
+    records), when there are more readers than ranges: a range is read by several, each
+    running its own share of the partition's tasks (``tasks_of``: the tasks of each
+    partition, each task in one). Extra readers go to the range with the most records
+    per reader that has tasks to spare; a range's tasks are dealt round its readers.
+    Every task is in exactly one share.
+
+    Returns:
+        the reads and, for each, its share of tasks.
+    """
+    keyed = sorted(ranges, key=lambda r: (r.topic, r.partition))
+    names = [sorted(set(tasks_of.get((r.topic, r.partition), ()))) for r in keyed]
+    split = [1] * len(keyed)
+    for _ in range(readers - len(keyed)):
+        spare = [i for i, r in enumerate(keyed) if split[i] < len(names[i])]
+        if not spare:
+            break
+        most = max(spare, key=lambda i: ((keyed[i].end - keyed[i].start) / split[i], -i))
+        split[most] += 1
+    reads: list[KafkaRead] = []
+    shares: list[frozenset[str]] = []
+    for r, tasks, k in zip(keyed, names, split, strict=True):
+        for j in range(k):
+            reads.append(KafkaRead((r,)))
+            shares.append(frozenset(tasks[j::k]))
+    return tuple(reads), tuple(shares)
 
 
 def _frame(batch: object, time_zone: str) -> pd.DataFrame:
@@ -136,4 +183,4 @@ def _frame(batch: object, time_zone: str) -> pd.DataFrame:
     return table
 
 
-__all__ = ["Routes", "TaskReads"]
+__all__ = ["Routes", "TaskReads", "split_reads"]
