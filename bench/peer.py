@@ -25,6 +25,14 @@ Latency (``--latency``): the system warmed as above, then records produced at
 ``--latency-rate``/s for ``--latency-seconds``, each carrying its produce time; a
 record's latency is its output's append time minus that.
 
+A batch's fixed cost (``--fixed-cost``): the system warmed as above, then one record
+every ``--fixed-interval`` s for ``--fixed-seconds``, so every batch holds one record;
+for each such batch, Spark's own breakdown of its trigger (``durationMs``: the source's
+planning ``latestOffset``, ``queryPlanning``, the offset log ``walCommit``, the batch
+itself ``addBatch``, the commit log ``commitOffsets``), from the plain query's progress
+and from the worker's heartbeat stats (``/status``: ``triggerMs``, sampled). Medians per
+part.
+
 Each measure is taken ``--runs`` times, the two systems alternated, and the median
 printed with the ratio Coxswain / plain Spark. Coxswain runs on its defaults (Python
 reader, the default batch target) unless ``--worker-args`` says otherwise; plain Spark on
@@ -57,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -68,6 +77,12 @@ from tests.service.server import Server
 SLEEP_S = 0.002
 JOBS = ("zero", "sleep", "count")
 LOGS: Path | None = None  # --logs: where the workers' logs are kept
+#: the parts of a trigger's ``durationMs`` the fixed cost reports, in a trigger's order
+TRIGGER_PARTS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+                 "triggerExecution")
+#: a running system's triggers so far that read at most a few records (each a
+#: ``durationMs``), for the fixed cost
+Probe = Any
 
 
 # -- the job's function, on both sides (values are b"<seq> <produced at>")
@@ -322,6 +337,11 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
     state = ["--state-dir", str(data / "state"), "--blob-store",
              f"file://{data / 'blobs'}"] if stateful else []
     log = data / "worker.log"
+    sampled: list[dict[str, int]] = []
+    sampling = threading.Event()
+    sampler = threading.Thread(target=_sample_triggers, args=(server.url, sampled, sampling),
+                               daemon=True)
+    sampler.start()
     worker = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
          "--api", "task", "--app", f"bench.peer:{job}_task", "--output-topic", out_topic,
@@ -329,13 +349,42 @@ def run_coxswain(kafka: LocalKafka, source: str, job: str, master: str, factor: 
          "--processor-id", "w0", *stateful, *state, *secured, *worker_args],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        return produce(out_topic, source), log
+        return produce(out_topic, source, lambda: list(sampled)), log
     finally:
+        sampling.set()
+        sampler.join()
         stop_process_group(worker, grace_s=60)
         server.stop()
         if LOGS is not None:  # kept for a look at its batches
             LOGS.mkdir(parents=True, exist_ok=True)
             shutil.copy(log, LOGS / f"{job}-f{factor}-{data.name}.log")
+
+
+#: a batch of at most this many records counts as one of the fixed cost's
+FEW_RECORDS = 3
+
+
+def _sample_triggers(url: str, sampled: list[dict[str, int]], stop: threading.Event) -> None:
+    """The worker's last trigger (``triggerMs`` of its heartbeat stats in ``/status``),
+    each new one of a batch of at most :data:`FEW_RECORDS` records, until ``stop``."""
+    last: Any = None
+    with httpx.Client(timeout=2.0) as client:
+        while not stop.wait(0.1):
+            try:
+                found = client.get(f"{url}/status").json().get("processors") or []
+            except (httpx.HTTPError, ValueError):
+                continue
+            for p in found:
+                stats = p.get("stats") or {}
+                trigger = stats.get("triggerMs") or {}
+                seen = (trigger, stats.get("batchSeconds"), stats.get("recordsPerSecond"))
+                if "addBatch" not in trigger or seen == last:
+                    continue
+                last = seen
+                records = float(stats.get("recordsPerSecond") or 0) * float(
+                    stats.get("batchSeconds") or 0)
+                if 0 < records <= FEW_RECORDS + 0.5:
+                    sampled.append(dict(trigger))
 
 
 def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
@@ -375,8 +424,12 @@ def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
                  .option("topic", out_topic).outputMode("update")
                  .option("checkpointLocation", str(tmp / f"plain-{uuid.uuid4().hex[:6]}"))
                  .start())
+        def probe() -> list[dict[str, int]]:
+            return [dict(p.durationMs) for p in query.recentProgress
+                    if 0 < p.numInputRows <= FEW_RECORDS]
+
         try:
-            return produce(out_topic, source)
+            return produce(out_topic, source, probe)
         finally:
             query.stop()
     finally:
@@ -408,6 +461,10 @@ def main() -> None:
                         help="also measure latency at --latency-rate records/s")
     parser.add_argument("--latency-rate", type=float, default=300.0)
     parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--fixed-cost", action="store_true",
+                        help="also measure a batch's fixed cost (batches of one record)")
+    parser.add_argument("--fixed-interval", type=float, default=1.0)
+    parser.add_argument("--fixed-seconds", type=float, default=30.0)
     parser.add_argument("--worker-args", default="",
                         help="more arguments for `coxswain worker` (one string)")
     parser.add_argument("--logs", type=Path, default=None,
@@ -418,6 +475,7 @@ def main() -> None:
     worker_args = shlex.split(args.worker_args)
     kafka = LocalKafka.create().start()
     results: dict[str, list[Measured]] = defaultdict(list)
+    fixed: dict[str, list[dict[str, int]]] = defaultdict(list)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
@@ -429,8 +487,8 @@ def main() -> None:
                 warm = (args.warm_records if job == "zero"
                         else min(args.warm_records // 10, n))
 
-                def backlog(out_topic: str, source: str, job: str = job, n: int = n,
-                            warm: int = warm) -> Measured:
+                def backlog(out_topic: str, source: str, _: Probe, job: str = job,
+                            n: int = n, warm: int = warm) -> Measured:
                     return backlog_run(kafka, source, out_topic, job, n, args.keys, warm)
 
                 for run in range(args.runs):  # alternated: drift hits both alike
@@ -450,7 +508,7 @@ def main() -> None:
                         source = _topic(kafka)
                         stop = threading.Event()
 
-                        def timed(out_topic: str, source: str,
+                        def timed(out_topic: str, source: str, _: Probe,
                                   stop: threading.Event = stop) -> Measured:
                             out = Output(kafka, out_topic)
                             try:  # warmed first, as for throughput
@@ -471,6 +529,37 @@ def main() -> None:
                         results[f"latency {system}"].append(found)
                         print(f"  latency {system} run {run + 1}: p50 {found.p50_ms:.0f} "
                               f"p95 {found.p95_ms:.0f} p99 {found.p99_ms:.0f} ms", flush=True)
+            if args.fixed_cost:
+                for run in range(args.runs):
+                    for system in ["plain", *(f"F={f}" for f in args.factors)]:
+                        def one_by_one(out_topic: str, source: str, probe: Probe
+                                       ) -> list[dict[str, int]]:
+                            out = Output(kafka, out_topic)
+                            try:
+                                produce_warm(kafka, source, defaultdict(int),
+                                             args.warm_records)
+                                out.until(args.warm_records)
+                                before = len(probe())
+                                sent = produce_at(kafka, source, 1 / args.fixed_interval,
+                                                  args.fixed_seconds, threading.Event())
+                                out.until(args.warm_records + sent)
+                                time.sleep(3)  # (the last stats come with a heartbeat)
+                                found: list[dict[str, int]] = probe()[before:]
+                                return found
+                            finally:
+                                out.close()
+
+                        if system == "plain":
+                            triggers = run_plain(kafka, _topic(kafka), "zero", args.master,
+                                                 tmp, one_by_one)
+                        else:
+                            triggers, _ = run_coxswain(kafka, _topic(kafka), "zero",
+                                                       args.master, int(system[2:]), tmp,
+                                                       worker_args, one_by_one)
+                        fixed[system].extend(triggers)
+                        print(f"  fixed cost {system} run {run + 1}: {len(triggers)} batches, "
+                              + ", ".join(f"{k} {_median_of(triggers, k):.0f}"
+                                          for k in TRIGGER_PARTS) + " ms", flush=True)
     finally:
         kafka.destroy()
     print(f"load average at end: {os.getloadavg()}")
@@ -498,6 +587,20 @@ def main() -> None:
             p99 = statistics.median(m.p99_ms for m in found)
             print(f"| {system} | {p50:.0f} | {p95:.0f} | {p99:.0f} | "
                   f"{p50 / max(b50, 1e-9):.2f} | {p99 / max(b99, 1e-9):.2f} |")
+    if args.fixed_cost:
+        print(f"\n| a batch of one record, medians over {args.runs} runs, ms | batches | "
+              + " | ".join(TRIGGER_PARTS) + " |")
+        print("|---|---|" + "---|" * len(TRIGGER_PARTS))
+        for system in ["plain", *(f"F={f}" for f in args.factors)]:
+            found = fixed[system]
+            print(f"| {system} | {len(found)} | "
+                  + " | ".join(f"{_median_of(found, k):.0f}" for k in TRIGGER_PARTS) + " |")
+
+
+def _median_of(triggers: list[dict[str, int]], part: str) -> float:
+    """The median of ``part`` over ``triggers`` (0 for none)."""
+    values = [t.get(part, 0) for t in triggers]
+    return statistics.median(values) if values else 0.0
 
 
 if __name__ == "__main__":
