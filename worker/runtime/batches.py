@@ -159,6 +159,7 @@ class BatchRunner:
         # ``process_task`` on the Python source: a batch whose tasks run where they are
         # read has its runners read its ranges (``worker.runtime.task_reads``)
         self._task_reads = task_reads
+        self._cores: int | None = None  # the Spark session's default parallelism
         self._time_zone: str | None = None  # the session's (read once)
         self._planned_readers = 1  # the batch in flight's Spark tasks reading it
 
@@ -542,23 +543,14 @@ class BatchRunner:
             for s in plan.starts:
                 partitions.setdefault(s.task, set()).add((s.topic, s.partition))
             batch, slots = self._placement.rows(self._ranges_read, partitions)
-        # one expression list per step: every DataFrame call is a py4j round trip and an
-        # analysis of the whole plan in the driver's JVM, and a batch paid ~70 ms for a
-        # chain of them at a few records (a profile of bench/peer.py's job at 40 rec/s)
-        mine = batch.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket") \
-            .where(plan.filter_sql())
-        task = f"{plan.task_sql()} AS taskName"
-        if slots is not None:  # a slot reads whole partitions: only its own tasks' rows
-            mine = mine.selectExpr("*", task).where(f"({slot_sql(slots)}) = {SLOT}") \
-                .selectExpr(*(f"`{c}`" for c in columns))
-        else:
-            mine = mine.selectExpr(*(task if c == "taskName" else f"`{c}`" for c in columns))
         checkpoint_id = new_checkpoint_id() if states is not None else None
         tasks = tuple(sorted({s.task for s in plan.starts}))
         # a Kafka partition's rows are read by one Spark task: when the reading tasks
         # are as many as the tasks with rows could use, they run where they were read
         with_rows = Counter(s.task for s in plan.starts if (s.topic, s.partition) in ends)
-        cores = self._spark.sparkContext.defaultParallelism
+        if self._cores is None:  # (a py4j round trip)
+            self._cores = self._spark.sparkContext.defaultParallelism
+        cores = self._cores
         most = max(with_rows.values(), default=0)
         placed = slots is not None or placed_by_reads(readers, len(with_rows), cores, most)
         reads = None
@@ -571,6 +563,9 @@ class BatchRunner:
                             "share of their %d tasks", batch_id, len(ends),
                             len(reads.groups), len(with_rows))
             placed = placed or reads is not None
+        # the batch's rows for its tasks, unless the runners read them themselves (its
+        # two DataFrame calls cost a one-record batch 15-30 ms of the driver's ~155 here)
+        mine = batch if reads is not None else _rows_for(batch, plan, columns, slots)
         cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
@@ -736,6 +731,22 @@ class BatchRunner:
         if behind is not None:
             self._behind = behind
         return stats
+
+
+def _rows_for(batch: DataFrame, plan: QueryPlan, columns: tuple[str, ...],
+              slots: dict[str, int] | None) -> DataFrame:
+    """The rows of ``batch`` the tasks of ``plan`` run, with their key bucket and task
+    (and only a slot's own tasks' with ``slots``)."""
+    # one expression list per step: every DataFrame call is a py4j round trip and an
+    # analysis of the whole plan in the driver's JVM, and a batch paid ~70 ms for a
+    # chain of them at a few records (a profile of bench/peer.py's job at 40 rec/s)
+    mine = batch.selectExpr("*", f"{plan.bucket_expr()} AS keyBucket") \
+        .where(plan.filter_sql())
+    task = f"{plan.task_sql()} AS taskName"
+    if slots is not None:  # a slot reads whole partitions: only its own tasks' rows
+        return mine.selectExpr("*", task).where(f"({slot_sql(slots)}) = {SLOT}") \
+            .selectExpr(*(f"`{c}`" for c in columns))
+    return mine.selectExpr(*(task if c == "taskName" else f"`{c}`" for c in columns))
 
 
 def _resumes(plan: QueryPlan) -> bool:
