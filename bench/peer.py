@@ -33,6 +33,12 @@ itself ``addBatch``, the commit log ``commitOffsets``), from the plain query's p
 and from the worker's heartbeat stats (``/status``: ``triggerMs``, sampled). Medians per
 part.
 
+With ``--real-time`` the latency is also taken on plain Spark's real-time mode (4.1+,
+long-running tasks; its trigger duration is how often it commits, 5 s at least): the
+records passed through with no Python (a projection, which the mode allows), and the
+job's own ``mapInPandas``, which the mode refuses (its operator allowlist) unless
+``spark.sql.streaming.realTimeMode.allowlistCheck`` is off.
+
 Each measure is taken ``--runs`` times, the two systems alternated, and the median
 printed with the ratio Coxswain / plain Spark. Coxswain runs on its defaults (Python
 reader, the default batch target) unless ``--worker-args`` says otherwise; plain Spark on
@@ -388,8 +394,12 @@ def _sample_triggers(url: str, sampled: list[dict[str, int]], stop: threading.Ev
 
 
 def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
-              produce: Any) -> Any:
-    """Runs ``produce(out_topic, source)`` while a plain Spark query runs ``job``."""
+              produce: Any, real_time: str | None = None) -> Any:
+    """Runs ``produce(out_topic, source)`` while a plain Spark query runs ``job``; with
+    ``real_time``, in Spark's real-time mode (``trigger(realTime=...)``, Spark 4.1+):
+    ``"jvm"`` the records passed through with no Python (a projection: what the mode
+    allows), ``"python"`` the job's own ``mapInPandas``, which the mode refuses unless
+    its operator allowlist check is turned off."""
     from pyspark.sql import SparkSession
 
     from worker.jvm.jars import connector_jars
@@ -402,6 +412,8 @@ def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
              .config("spark.jars", ",".join(str(p) for p in connector_jars()))
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", cores.group(1) if cores else "8")
+             .config("spark.sql.streaming.realTimeMode.allowlistCheck",
+                     "false" if real_time == "python" else "true")
              .config("spark.sql.streaming.stateStore.providerClass",
                      "org.apache.spark.sql.execution.streaming.state."
                      "RocksDBStateStoreProvider")
@@ -417,13 +429,15 @@ def run_plain(kafka: LocalKafka, source: str, job: str, master: str, tmp: Path,
         if job == "count":
             df = df.groupBy("key").transformWithStateInPandas(
                 _plain_counter(), schema, "Update", "None")
-        else:
+        elif real_time != "jvm":
             df = df.mapInPandas(_plain_zero if job == "zero" else _plain_sleep, schema)
-        query = (df.writeStream.format("kafka")
-                 .option("kafka.bootstrap.servers", kafka.bootstrap)
-                 .option("topic", out_topic).outputMode("update")
-                 .option("checkpointLocation", str(tmp / f"plain-{uuid.uuid4().hex[:6]}"))
-                 .start())
+        writer = (df.writeStream.format("kafka")
+                  .option("kafka.bootstrap.servers", kafka.bootstrap)
+                  .option("topic", out_topic).outputMode("update")
+                  .option("checkpointLocation", str(tmp / f"plain-{uuid.uuid4().hex[:6]}")))
+        if real_time is not None:  # (the duration: how often it commits; 5 s at least)
+            writer = writer.trigger(realTime="5 seconds")  # type: ignore[call-overload]  # (4.1+; not in its overloads)
+        query = writer.start()
         def probe() -> list[dict[str, int]]:
             return [dict(p.durationMs) for p in query.recentProgress
                     if 0 < p.numInputRows <= FEW_RECORDS]
@@ -461,6 +475,10 @@ def main() -> None:
                         help="also measure latency at --latency-rate records/s")
     parser.add_argument("--latency-rate", type=float, default=300.0)
     parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--real-time", action="store_true",
+                        help="latency of plain Spark's real-time mode too: the records "
+                             "passed through with no Python, and the job's mapInPandas "
+                             "with the mode's operator allowlist check off")
     parser.add_argument("--fixed-cost", action="store_true",
                         help="also measure a batch's fixed cost (batches of one record)")
     parser.add_argument("--fixed-interval", type=float, default=1.0)
@@ -475,6 +493,8 @@ def main() -> None:
     worker_args = shlex.split(args.worker_args)
     kafka = LocalKafka.create().start()
     results: dict[str, list[Measured]] = defaultdict(list)
+    latency_systems = ["plain", *(["real-time jvm", "real-time python"] if args.real_time
+                                  else []), *(f"F={f}" for f in args.factors)]
     fixed: dict[str, list[dict[str, int]]] = defaultdict(list)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     try:
@@ -504,7 +524,7 @@ def main() -> None:
                               f"{found.rate:,.0f} rec/s", flush=True)
             if args.latency:
                 for run in range(args.runs):
-                    for system in ["plain", *(f"F={f}" for f in args.factors)]:
+                    for system in latency_systems:
                         source = _topic(kafka)
                         stop = threading.Event()
 
@@ -523,6 +543,9 @@ def main() -> None:
 
                         if system == "plain":
                             found = run_plain(kafka, source, "zero", args.master, tmp, timed)
+                        elif system.startswith("real-time"):
+                            found = run_plain(kafka, source, "zero", args.master, tmp, timed,
+                                              system.split()[1])
                         else:
                             found, _ = run_coxswain(kafka, source, "zero", args.master,
                                                     int(system[2:]), tmp, worker_args, timed)
@@ -580,7 +603,7 @@ def main() -> None:
         plain = results["latency plain"]
         b50 = statistics.median(m.p50_ms for m in plain)
         b99 = statistics.median(m.p99_ms for m in plain)
-        for system in ["plain", *(f"F={f}" for f in args.factors)]:
+        for system in latency_systems:
             found = results[f"latency {system}"]
             p50 = statistics.median(m.p50_ms for m in found)
             p95 = statistics.median(m.p95_ms for m in found)
