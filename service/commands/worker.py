@@ -184,6 +184,8 @@ def run_worker(args: argparse.Namespace) -> None:
     if args.query_restarts < 0 or args.query_restart_window_s <= 0:
         raise SystemExit("coxswain: --query-restarts must be 0 or more and "
                          "--query-restart-window-s positive")
+    if args.trigger_interval_ms < 1:
+        raise SystemExit("coxswain: --trigger-interval-ms must be at least 1")
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise SystemExit("coxswain: --max-offsets-per-trigger must be at least 1")
     state = None
@@ -251,6 +253,7 @@ def run_worker(args: argparse.Namespace) -> None:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         target_batch_s=target_batch_s,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
+        trigger_interval_s=args.trigger_interval_ms / 1000,
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
@@ -434,6 +437,11 @@ def add_worker_command(sub: Any, defaults: type[argparse.HelpFormatter]) -> None
                         "short, so long batches cost a handover little and pay each "
                         "batch's fixed cost less often), 1000 with --api batch (a "
                         "handover waits for the batch in flight)")
+    w.add_argument("--trigger-interval-ms", type=int, default=250,
+                   help="how often the query looks for new records while batches take "
+                        "less (Spark's processing-time trigger): a record waits for the "
+                        "next trigger, half of this on average; each idle trigger asks "
+                        "the brokers for the partitions' ends once")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
     w.add_argument("--bucket-sample-interval-ms", type=int, default=30_000,
