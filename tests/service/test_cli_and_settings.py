@@ -375,3 +375,14 @@ def test_dev_up_kinesis_serves_a_stream_its_producer_fills(tmp_path: Path) -> No
         proc.wait(90)
     assert proc.returncode == 0
     _assert_closed(zk_port, kafka_port, kinesis_port)
+
+
+def test_a_trigger_interval_under_a_millisecond_is_refused() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "worker", "--coordinator",
+         "http://127.0.0.1:9", "--app", "tests.worker.apps:echo_task", "--api", "task",
+         "--trigger-interval-ms", "0"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "--trigger-interval-ms must be at least 1" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 
@@ -283,16 +284,24 @@ def test_process_task_runs_per_virtual_task_in_offset_order(
 ) -> None:
     """8 tasks over 2 partitions: on 2 cores each partition's reader runs its 4 tasks; on
     4 each partition is read by two Spark tasks, each running 2 of its tasks
-    (``task_reads.split_reads``)."""
+    (``task_reads.split_reads``), here on a 100 ms trigger."""
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(1500)
     server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4")
     worker = start_worker(tmp_path, server.url, kafka, output, "w0", "--api", "task",
                           "--output-topic", output, "--spark-master", master,
-                          "--log-level", "INFO,coxswain.worker.batches=DEBUG")
+                          "--log-level", "INFO,coxswain.worker.batches=DEBUG",
+                          *(["--trigger-interval-ms", "100"] if master == "local[4]" else []))
     try:
         wait_output(kafka, output, producing.total)
+        stats: dict[str, Any] = {}
+        deadline = time.monotonic() + 30
+        while "triggerSeconds" not in stats and time.monotonic() < deadline:
+            time.sleep(0.2)  # (stats come with a heartbeat after a batch)
+            found = httpx.get(f"{server.url}/status", timeout=10).json()["processors"]
+            stats = found[0]["stats"] if found else {}
+        assert stats.get("triggerSeconds") == (0.1 if master == "local[4]" else 0.25), stats
     finally:
         stop_workers([worker])
     records = read_all(kafka, output)
