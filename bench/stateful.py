@@ -355,12 +355,13 @@ def _task_cell(name: str) -> tuple[int, int, int]:
 
 
 def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | None = None,
-            merge_after_s: float = 10.0) -> Rescale:
+            merge_after_s: float = 10.0, split_after_s: float = 10.0) -> Rescale:
     """One task (one partition, factor 1) holding ``mb`` MB on one worker under 100
     records/s: ``POST /scale`` 2 (the state splits), then, ``merge_after_s`` after the
-    split took over, 1 (it merges back). The pause of each: the last output of the
-    task(s) before to the first output of the one(s) after, for the same keys (issue #52:
-    flat in the state's size)."""
+    split took over, 1 (it merges back); the split ``split_after_s`` after the state was
+    written (the store still compacting what the load wrote). The pause of each: the
+    last output of the task(s) before to the first output of the one(s) after, for the
+    same keys (issue #52: flat in the state's size)."""
     keys = mb * 1024 * 1024 // PROFILE_BYTES
     job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", partitions=1, factor=1)
     try:
@@ -369,7 +370,7 @@ def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | No
         wait_output(kafka, job.output, job.producer.total, timeout_s=900 + keys / 100)
         changes: dict[int, float] = {}
         with feeding(job.producer, 50, 0.5):
-            time.sleep(10)
+            time.sleep(split_after_s)
             for factor in (2, 1):
                 changes[factor] = time.time()
                 httpx.post(f"{job.server.url}/scale", json={"elasticityFactor": factor},
@@ -475,6 +476,9 @@ def main() -> None:
                         help="scale-out: event-driven probing only (not the timer alone)")
     parser.add_argument("--only", choices=["failover", "scale-out", "throughput",
                                            "factor-change", "rescale"])
+    parser.add_argument("--split-after-s", type=float, default=10.0,
+                        help="rescale: seconds of steady load between the state written "
+                             "and the split")
     parser.add_argument("--merge-after-s", type=float, default=10.0,
                         help="rescale: seconds between the split taking over and the merge")
     parser.add_argument("--logs", type=Path, default=None,
@@ -510,7 +514,7 @@ def main() -> None:
                       "split 1 -> 2, s | merge 2 -> 1, s | steady gap, s |\n|---|---|---|---|",
                       flush=True)
                 r = rescale(kafka, s3, root / "rescale", args.mb, args.logs,
-                            args.merge_after_s)
+                            args.merge_after_s, args.split_after_s)
                 print(f"| pause (last output before to first after) | {r.split_s:.2f} | "
                       f"{r.merge_s:.2f} | {r.steady_gap_s:.2f} |", flush=True)
                 print(f"| the same, by when the output reached Kafka | "
