@@ -13,11 +13,10 @@ partition's generation.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,12 +25,12 @@ from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 from common.kafka_clients import KafkaClientSettings
 from worker.batch_size import BatchSize, after_batch, after_time_cut
 from worker.busy import BusyMeter
-from worker.client import CoordinatorClient, CoordinatorError, Fenced, LeaseLost
+from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.cluster.placement import SLOT, Placement, slot_sql
 from worker.commits import AsyncCommitter
 from worker.cut_signals import CutSignals, Left
 from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, processed_records
-from worker.output.transactions import Fenced as TransactionFenced
+from worker.output.commit import TransactionalCommit
 from worker.output.transactions import TransactionalOutput
 from worker.plan import EARLIEST, LATEST, QueryPlan
 from worker.running import (
@@ -118,7 +117,6 @@ class BatchRunner:
         self.read: dict[tuple[str, int], tuple[int, int]] = {}
         self.committed: dict[tuple[str, int], int] = {}  # (topic, p) -> last commit's end
         self.transactions: TransactionalOutput | None = None  # exactly-once output
-        self._transactions_committed = 0  # (for the test hook)
         self.committer = self._new_committer()
         self.busy = BusyMeter()
         self._behind: int | None = None  # records behind at the last heartbeat's look
@@ -265,8 +263,8 @@ class BatchRunner:
 
     def _new_committer(self) -> AsyncCommitter:
         states = self._states
-
-        transactions = self.transactions
+        transactional = None if self.transactions is None else TransactionalCommit(
+            self.transactions, self._client, self._pid, self._over)
 
         def upload(version: int, cps: dict[str, Any], checkpoint_id: str | None,
                    output: tuple[Any, ...]) -> int:
@@ -274,49 +272,15 @@ class BatchRunner:
             # only: the committer tries again, and the newest then covers everything
             if states is not None and checkpoint_id is not None:
                 cps = states.back_up(checkpoint_id, cps)
-            if transactions is None:
+            if transactional is None:
                 advanced_ = self._client.commit(self._pid(), version, cps)
             else:
-                advanced_ = self._write_and_post(transactions, version, cps, output)
+                advanced_ = transactional(version, cps, output)
             if states is not None:
                 states.committed(cps)
             return advanced_
 
         return AsyncCommitter(upload, self._max_delay_s)
-
-    def _write_and_post(self, transactions: TransactionalOutput, version: int,
-                        cps: dict[str, Any], output: tuple[Any, ...]) -> int:
-        """Exactly-once output: the commit's output and checkpoint record in one Kafka
-        transaction (the commit point), then the checkpoint posted. An aborted
-        transaction fails the commit (retried with its output); once committed, the post
-        is retried until the coordinator takes it or refuses it: no other output is
-        written before (the log then holds at most one record the coordinator lacks,
-        which whoever fences this processor recovers)."""
-        if self._over.is_set():
-            # the lease is known lost: another processor may run these tasks already
-            # (its fencing of this one may have come before this write, or never, if
-            # no one was told to): the output is not committed; the next owner
-            # processes these records from the last checkpoint
-            raise LeaseLost(404, "unknown_processor", "the lease was lost before this "
-                                 "commit's transaction: not written")
-        try:
-            transactions.write(_rows(output), version, cps)
-        except TransactionFenced as e:  # another incarnation or a participant fenced us
-            raise Fenced(409, "fenced", f"transactional id {transactions.transactional_id} "
-                                        f"fenced: {e}") from e
-        self._transactions_committed += 1
-        _exit_after_transaction_for_tests(self._transactions_committed)
-        delay = 0.2
-        while True:
-            try:
-                return self._client.commit(self._pid(), version, cps)
-            except CoordinatorError:
-                raise  # refused: this processor's lease is over
-            except Exception as e:  # the coordinator unreachable: it must learn this one
-                log.warning("checkpoint of a committed transaction not posted (%s: %s); "
-                            "trying again in %.1fs", type(e).__name__, str(e)[:200], delay)
-                time.sleep(delay)
-                delay = min(5.0, delay * 2)
 
     # -- the batch callback
 
@@ -774,24 +738,6 @@ def _traced_ranges(ranges: dict[str, Any], ends: Ends) -> str:
         return " ".join(f"{k.rpartition('/')[2]}[{r['from']},{r['to']})g{r['g']}"
                         for k, r in sorted(ranges.items()) if int(r["to"]) > int(r["from"]))
     return " ".join(f"{p}:..{e}" for (_, p), e in sorted(ends.items()))
-
-
-def _rows(tables: tuple[Any, ...]) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """The (key, value) rows of a commit's output (Arrow tables, oldest first)."""
-    for table in tables:
-        yield from zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
-                       strict=True)
-
-
-def _exit_after_transaction_for_tests(committed: int) -> None:
-    """A test hook (``COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS=N``): the process dies right
-    after its N-th committed transaction, before the checkpoint is posted, as a kill -9
-    between the two would leave it."""
-    wanted = os.environ.get("COXSWAIN_TEST_EXIT_AFTER_TRANSACTIONS")
-    if wanted and committed >= int(wanted):
-        log.error("test hook: exiting after transaction %d, before its checkpoint is "
-                  "posted", committed)
-        os._exit(137)
 
 
 def _age(since: float | None) -> float:
