@@ -96,6 +96,41 @@ def stateful_worker(tmp_path: Path, server: Any, kafka: LocalKafka, output: str,
                         app="tests.worker.apps:count_task")
 
 
+def test_counts_stay_exact_when_a_batch_splits_its_reads_among_the_tasks(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """8 tasks with state over 2 partitions on 4 cores: each partition read by two Spark
+    tasks, each running and snapshotting its own share of the partition's tasks
+    (``task_reads.split_reads``), and a crash between batches restores them exactly."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(600)
+    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4",
+                             "--stateful", "--lease-ttl-ms", "600000",
+                             "--poll-close-grace-ms", "0")
+    blobs = f"file://{tmp_path / 'blobs'}"
+
+    def worker() -> Any:
+        return stateful_worker(tmp_path, server, kafka, output, "w0", blobs,
+                               "--spark-master", "local[4]",
+                               "--log-level", "INFO,coxswain.worker.batches=DEBUG")
+
+    w0 = worker()
+    try:
+        wait_output(kafka, output, producing.total)
+        crash(w0)
+        w0 = worker()  # its tasks back from its own snapshots
+        for _ in range(3):
+            producing.send(200)
+            time.sleep(0.3)
+        wait_output(kafka, output, producing.total)
+    finally:
+        stop_workers([w0])
+    log = (tmp_path / "w0.log").read_text()
+    assert re.search(r"batch \d+: \d+ ranges read by 4 Spark tasks", log), log[-3000:]
+    check_counts(kafka, output, producing)
+
+
 def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
 ) -> None:

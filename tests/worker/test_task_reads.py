@@ -29,7 +29,7 @@ from worker.runtime import TaskContext, spark_session
 from worker.runtime.contexts import COLUMNS, BatchContext
 from worker.runtime.task_api import run_tasks
 from worker.runtime.task_reads import Routes, TaskReads, _frame, split_reads
-from worker.sources.kafka import KafkaRange, _batch, reads_of
+from worker.sources.kafka import KafkaRange, _batch, ranges_of, reads_of
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_runners_read_real_ranges_each_record_once_to_its_task_in_order(
                                      f"{topic}/1": {"from": 0, "to": 200, "g": 1}}}
     zone = str(spark.conf.get("spark.sql.session.timeZone"))
     if split:  # partition 0's range read twice, once for a, once for b
-        groups, shares = split_reads([r for g in reads_of(offsets) for r in g.ranges],
+        groups, shares = split_reads(ranges_of(offsets),
                                      {(topic, 0): ["a", "b"], (topic, 1): ["c"]}, 4)
         reads = TaskReads(groups, kafka.client_settings(), Routes.of(plan), zone, shares)
         assert shares == (frozenset("a"), frozenset("b"), frozenset("c"))

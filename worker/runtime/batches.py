@@ -56,7 +56,7 @@ from worker.runtime.progress import ProgressLog
 from worker.runtime.task_api import placed_by_reads
 from worker.runtime.task_reads import Routes, TaskReads, split_reads
 from worker.sources.jvm_kafka import Planned, planned_ranges
-from worker.sources.kafka import readers_of, reads_of
+from worker.sources.kafka import ranges_of, readers_of, reads_of
 from worker.sources.source_plan import split_key
 from worker.state.remote import ExecutorStates, StateKeeping
 from worker.state.tasks import new_checkpoint_id
@@ -615,8 +615,7 @@ class BatchRunner:
         if split is None:
             groups = tuple(reads_of({"p": self._ranges_read}, self._planned_readers))
         else:
-            ranges = [r for g in reads_of({"p": self._ranges_read}, len(self._ranges_read))
-                      for r in g.ranges]
+            ranges = ranges_of({"p": self._ranges_read})
             tasks_of: dict[tuple[str, int], list[str]] = {}
             for s in plan.starts:
                 tasks_of.setdefault((s.topic, s.partition), []).append(s.task)

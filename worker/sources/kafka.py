@@ -86,13 +86,18 @@ def _groups(ranges: list[KafkaRange], readers: int) -> list[KafkaRead]:
             if g]
 
 
+def ranges_of(offsets: Mapping[str, Any]) -> list[KafkaRange]:
+    """The ranges with records of the batch of ``offsets`` (the end offset a batch was
+    planned to), by topic and partition."""
+    return [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
+            for k, r in sorted((offsets.get("p") or {}).items()) if r["to"] > r["from"]]
+
+
 def reads_of(offsets: Mapping[str, Any], readers: int | None = None) -> list[KafkaRead]:
     """The Spark input partitions reading the batch of ``offsets`` (the end offset a
     batch was planned to): its ranges with records over at most ``readers`` (default:
     the ``r`` it was planned with)."""
-    ranges = [KafkaRange(*split_key(k), int(r["from"]), int(r["to"]), int(r["g"]))
-              for k, r in sorted((offsets.get("p") or {}).items()) if r["to"] > r["from"]]
-    return _groups(ranges, max(1, int(offsets.get("r") or 1)) if readers is None
+    return _groups(ranges_of(offsets), max(1, int(offsets.get("r") or 1)) if readers is None
                    else readers)
 
 
