@@ -6,6 +6,7 @@ are given as the data GET /checkpoints would return (``tests/service`` checks th
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,10 @@ from rocksdict import AccessType, Options, Rdict
 
 from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
-from worker.state.snapshot import snapshot_dir, task_dir
+from worker.state.blobs import BlobStore, open_blob_store
+from worker.state.compose import compose
+from worker.state.restore import RestoreResult
+from worker.state.snapshot import Digests, snapshot_dir, task_dir
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, TaskStates
 
@@ -149,3 +153,55 @@ def test_a_split_and_a_merge_leave_their_compactions_to_the_tasks_first_batch(
     states.restore({"M": {"inputOffsets": offsets(-1, 300), "stateSources": [
         source(held[c], 2, [c], c == 0, KeyHash.XXHASH64) for c in (0, 1)]}})
     assert counts(states, "M") == dict.fromkeys(KEYS, 1)
+
+
+class _CountingGets:
+    """A real blob store that counts the snapshot indexes read from it."""
+
+    def __init__(self, inner: BlobStore) -> None:
+        self.inner = inner
+        self.index_gets = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def get(self, key: str) -> bytes:
+        self.index_gets += key.startswith("indexes/")
+        return self.inner.get(key)
+
+
+def test_a_splits_children_make_their_parents_snapshot_present_once(tmp_path: Path) -> None:
+    """Both children of a split are built from one parent snapshot: one restore() checks
+    and indexes it once (at 4 GB, a walk of ~1 000 files a child saved), the second child
+    downloads nothing; a source made present earlier but gone since (removed meanwhile)
+    is made present again, not taken for there."""
+    url = f"file://{tmp_path / 'blobs'}"
+    a = TaskStates(StateConfig(tmp_path / "a", url, None))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS], 300, 0)
+    everything = counts(a, "P")
+    counting = _CountingGets(open_blob_store(url))
+    b = TaskStates(StateConfig(tmp_path / "b", url, None), counting)
+    children = {f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)}
+    b.restore(children)
+    assert counting.index_gets == 1
+    assert b.restores["C0"]["bytes"] > 0 and b.restores["C1"]["bytes"] == 0
+    for c in (0, 1):
+        assert counts(b, f"C{c}") == {
+            k: n for k, n in everything.items()
+            if (k is None and c == 0)
+            or (k is not None and key_bucket(k, 0, 2, KeyHash.XXHASH64) == c)}
+
+    # a remembered source whose folder is gone is restored again
+    present: dict[str, RestoreResult] = {}
+    spec = children["C1"]["stateSources"]
+    into = tmp_path / "c" / "C1" / "live"
+    first = compose(tmp_path / "c", "C1", spec, counting, Digests(), into, None, present)
+    assert first.downloaded_files > 0 and len(present) == 1
+    shutil.rmtree(next(iter(present.values())).folder)
+    again = compose(tmp_path / "c", "C1", spec, counting, Digests(), into, None, present)
+    assert again.downloaded_files == first.downloaded_files
+    with TaskStore(into) as store:
+        assert {store.split_key(k)[0] for k, _ in store.entries()} == {
+            k for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == 1}

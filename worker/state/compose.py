@@ -37,7 +37,8 @@ from grouping.shards import hash_key
 from worker.state.backup import SnapshotIndex, state_marker
 from worker.state.blobs import BlobStore
 from worker.state.keys import BucketLayout, KeyRange, intersect, kept_ranges
-from worker.state.restore import restore_snapshot
+from worker.state.restore import RestoreResult, restore_snapshot
+from worker.state.rocks import FEW_FILES
 from worker.state.snapshot import Digests, clone, task_dir
 from worker.state.store import TaskStore
 
@@ -102,9 +103,13 @@ class _Keep:
 
 def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
             blobs: BlobStore, digests: Digests, into: Path,
-            snapshot: Path | None = None) -> Composed:
+            snapshot: Path | None = None,
+            present: dict[str, RestoreResult] | None = None) -> Composed:
     """Build a fresh store at ``into`` holding, from each source snapshot, the entries of
     its key buckets (API ``stateSources``), and snapshot it at ``snapshot`` if given.
+    ``present``: the source snapshots already made present, by marker (a split's
+    children share their parent's: it is checked and indexed once, not once a child);
+    the ones this call restores are added to it.
 
     The stores opened here compact nothing (``rocks.open_instance``): the cut's range
     deletions and the linked files' owed compactions are left to the task's first batch,
@@ -119,11 +124,15 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
         marker = state_marker(source)
         if marker is None:
             continue
-        # a merge's sources were split from one parent: their shared files come once
-        done = restore_snapshot(state_dir, marker, blobs, digests,
-                                neighbours=[x.task_name for x in indexes])
-        files += done.downloaded_files
-        size += done.downloaded_bytes
+        done = None if present is None else present.get(marker)
+        if done is None or not done.folder.is_dir():  # (snapshots are immutable)
+            # a merge's sources were split from one parent: their shared files come once
+            done = restore_snapshot(state_dir, marker, blobs, digests,
+                                    neighbours=[x.task_name for x in indexes])
+            files += done.downloaded_files
+            size += done.downloaded_bytes
+            if present is not None:
+                present[marker] = done
         restored.append((i, done.folder, _Keep.of(source)))
         indexes.append(done.index)
     target, cut = _cut_base(restored, into, key_hash)
@@ -171,7 +180,7 @@ def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash:
     wanted = BucketLayout(key_hash)
     for i, folder, keep in restored:
         clone(folder, into)
-        store = TaskStore(into, compact=False)
+        store = TaskStore(into, compact=False, open_files=FEW_FILES)  # cut, not read
         if store.layout == wanted:
             store.cut(keep.ranges())
             if keep.hash_keys is not None:
@@ -179,7 +188,7 @@ def _cut_base(restored: Sequence[tuple[int, Path, _Keep]], into: Path, key_hash:
             return store, i
         store.close()  # legacy (or another hash): rewritten entry by entry, like the rest
         shutil.rmtree(into)
-    return TaskStore(into, key_hash, compact=False), None
+    return TaskStore(into, key_hash, compact=False, open_files=FEW_FILES), None
 
 
 def _drop_outside_hash_range(store: TaskStore, keep: _Keep) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from worker.state.backup import SnapshotIndex, blob_key
 from worker.state.blobs import BlobStore
+from worker.state.rocks import ALL_FILES, FEW_FILES
 from worker.state.snapshot import (
     Digests,
     FileInfo,
@@ -132,13 +133,14 @@ def open_live(state_dir: Path, task_name: str, snapshot: Path | None, *,
     """The task's live store, started from ``snapshot`` (None: empty state). Always from a
     committed snapshot, never from a live store left behind: that one may be ahead of the
     checkpoint (a batch processed but not committed). ``compact``: as for ``TaskStore``
-    (False for a store only opened to be made, whose batch compacts it)."""
+    (False for a store only opened to be made, whose batch compacts it; it opens few of
+    its files too, ``rocks.FEW_FILES``)."""
     live = claim_task_dir(state_dir, task_name) / "live"
     if snapshot is None:
         shutil.rmtree(live, ignore_errors=True)
     else:
         clone(snapshot, live)
-    return TaskStore(live, compact=compact)
+    return TaskStore(live, compact=compact, open_files=ALL_FILES if compact else FEW_FILES)
 
 
 def _local_files(state_dir: Path, task_name: str, digests: Digests) -> dict[str, Path]:

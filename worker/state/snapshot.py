@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,14 +70,14 @@ class Digests:
     def __init__(self) -> None:
         self._known: dict[tuple[int, int, int, int], str] = {}
 
-    def of(self, path: Path) -> FileInfo:
+    def of(self, path: Path | str) -> FileInfo:
         """The size and digest of ``path``."""
-        st = path.stat()
+        st = os.stat(path)
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         digest = self._known.get(key)
         if digest is None:
             h = hashlib.sha256()
-            with path.open("rb") as f:
+            with open(path, "rb") as f:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
             digest = h.hexdigest()
@@ -84,11 +85,24 @@ class Digests:
         return FileInfo(st.st_size, digest)
 
 
+def files_in(folder: Path | str, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(path inside ``folder``, path) of every file under ``folder``, in no set order.
+    ``os.scandir``, not ``pathlib``: a 4 GB store has ~1 000 SST files, and a split walks
+    its snapshot several times before the children start, where ``rglob`` and
+    ``relative_to`` cost ~30 us a file in Python alone."""
+    with os.scandir(folder) as found:
+        for entry in found:
+            if entry.is_dir():
+                yield from files_in(entry.path, f"{prefix}{entry.name}/")
+            elif entry.is_file():
+                yield prefix + entry.name, entry.path
+
+
 def inventory(folder: Path, digests: Digests) -> dict[str, FileInfo]:
-    """Every file of a snapshot folder by its path inside it (a RocksDB checkpoint is
-    flat; a store of several parts has each part's checkpoint in a folder of its own)."""
-    return {p.relative_to(folder).as_posix(): digests.of(p)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file of a snapshot folder by its path inside it, in name order (a RocksDB
+    checkpoint is flat; a store of several parts has each part's checkpoint in a folder
+    of its own)."""
+    return {name: digests.of(path) for name, path in sorted(files_in(folder))}
 
 
 def clone(source: Path, target: Path, nested: bool = True) -> None:
@@ -104,16 +118,18 @@ def clone(source: Path, target: Path, nested: bool = True) -> None:
     staging.rename(target)
 
 
-def _link_tree(source: Path, target: Path, nested: bool) -> None:
-    target.mkdir(parents=True)
-    for f in source.iterdir():
-        if f.is_dir():
-            if nested:
-                _link_tree(f, target / f.name, nested)
-        elif f.suffix == ".sst":
-            os.link(f, target / f.name)
-        else:
-            shutil.copy2(f, target / f.name)
+def _link_tree(source: Path | str, target: Path | str, nested: bool) -> None:
+    os.makedirs(target)
+    with os.scandir(source) as found:
+        for entry in found:
+            into = os.path.join(target, entry.name)
+            if entry.is_dir():
+                if nested:
+                    _link_tree(entry.path, into, nested)
+            elif entry.name.endswith(".sst"):
+                os.link(entry.path, into)
+            else:
+                shutil.copy2(entry.path, into)
 
 
 def index_path(snapshot: Path) -> Path:

@@ -42,7 +42,7 @@ from worker.state.keys import (
     subtract,
 )
 from worker.state.parts import Part, PartMap, free_folder
-from worker.state.rocks import close_instance, open_instance
+from worker.state.rocks import ALL_FILES, close_instance, open_instance
 from worker.state.snapshot import clone
 
 _JSON, _BYTES = b"J", b"B"
@@ -65,11 +65,12 @@ class TaskStore:
     default hash for a new one (tests, tools)."""
 
     def __init__(self, path: Path, key_hash: KeyHash | None = None, *,
-                 compact: bool = True) -> None:
+                 compact: bool = True, open_files: int = ALL_FILES) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._compact = compact  # automatic compactions while open (rocks.open_instance)
-        self._db = open_instance(path, compact=compact)
+        # automatic compactions while open, SST files kept open (rocks.open_instance)
+        self._compact, self._open_files = compact, open_files
+        self._db = self._open(path)
         self._pending: dict[bytes, bytes | None] = {}
         self._map = PartMap()
         self._part_dbs: list[Rdict] = []
@@ -79,6 +80,9 @@ class TaskStore:
         except BaseException:
             self.close()
             raise
+
+    def _open(self, path: Path) -> Rdict:
+        return open_instance(path, compact=self._compact, open_files=self._open_files)
 
     def _open_layout(self, key_hash: KeyHash | None) -> tuple[Layout, bool]:
         """(the layout, whether the store records it)."""
@@ -98,7 +102,7 @@ class TaskStore:
         raw = self._db.get(PARTS_KEY)
         self._map = PartMap.of_json(None if raw is None else bytes(raw))
         for part in self._map.parts:
-            db = open_instance(self.path / part.folder, compact=self._compact)
+            db = self._open(self.path / part.folder)
             self._part_dbs.append(db)
             meta = db.get(META_KEY)
             if meta is None or layout_of_meta(bytes(meta)) != self.layout:
@@ -261,7 +265,7 @@ class TaskStore:
         taken = {p.folder for p in self._map.parts}
         home = self.path / free_folder(taken)
         clone(source, home, nested=False)
-        root = open_instance(home, compact=self._compact)
+        root = self._open(home)
         meta = root.get(META_KEY)
         if meta is None or layout_of_meta(bytes(meta)) != self.layout:
             root.close()
@@ -281,7 +285,7 @@ class TaskStore:
             taken.add(folder)
             clone(source / part.folder, self.path / folder)
             added.append((Part(folder, tuple(ranges)),
-                          open_instance(self.path / folder, compact=self._compact)))
+                          self._open(self.path / folder)))
         own = subtract(kept, nested.owned())
         if own:
             added.append((Part(home.name, tuple(own)), root))

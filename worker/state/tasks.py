@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import shutil
 import threading
 import time
@@ -44,6 +45,7 @@ from worker.state.restore import RestoreResult, open_live, restore_snapshot
 from worker.state.snapshot import (
     Digests,
     claim_task_dir,
+    files_in,
     held_tasks,
     index_path,
     inventory,
@@ -51,6 +53,7 @@ from worker.state.snapshot import (
     task_dir,
 )
 from worker.state.store import COMPACT_BYTES_PER_BATCH, TaskStore
+from worker.state.trash import Trash
 
 log = logging.getLogger("coxswain.worker.state")
 
@@ -130,6 +133,7 @@ class TaskStates:
         # time, different tasks side by side (a 100 MB restore must not hold up a small
         # one, say the tasks a survivor gains from a killed worker)
         self._folders = TaskFolderLocks()
+        self._trash = Trash(config.state_dir)
         self._builds = itertools.count()
         self._built: dict[str, int] = {}  # task -> when its live store was last restored
         self._composed: dict[str, tuple[tuple[str, str], ...]] = {}  # standby -> sources
@@ -151,13 +155,14 @@ class TaskStates:
         as tasks of their own by a restore beside this one."""
         sources_used: set[str] = set()
         started = next(self._builds)
+        restored: dict[str, RestoreResult] = {}  # source snapshots made present, by marker
         for task, checkpoint in sorted(checkpoints.items()):
             marker, parts = _plan(task, checkpoint)
             sources = _source_tasks(task, checkpoint)
             with self._folders.hold({task} | sources):
                 if parts:
                     sources_used |= sources
-                    self._restore_composed(task, checkpoint, parts)
+                    self._restore_composed(task, checkpoint, parts, restored)
                 else:
                     self._restore_own(task, marker, checkpoint.get("inputOffsets", ()))
                 self._built[task] = next(self._builds)
@@ -166,7 +171,7 @@ class TaskStates:
         for name in sources_used - set(checkpoints) - set(keep):
             with self._folders.hold({name}):
                 if self._built.get(name, -1) < started:
-                    shutil.rmtree(task_dir(self.state_dir, name), ignore_errors=True)
+                    self._trash.discard(task_dir(self.state_dir, name))  # off the pause
 
     def _restore_own(self, task: str, marker: str | None,
                      starts: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -202,7 +207,8 @@ class TaskStates:
         return int(self.restores.get(task, {}).get("count", 0))
 
     def _restore_composed(self, task: str, checkpoint: Mapping[str, Any],
-                          parts: Sequence[Mapping[str, Any]]) -> None:
+                          parts: Sequence[Mapping[str, Any]],
+                          restored: dict[str, RestoreResult]) -> None:
         """A split child's or merged task's state: the entries of its key buckets from
         each source snapshot, snapshotted under a new checkpoint id that the task's first
         commit uploads (then it depends on no other task's blobs)."""
@@ -210,7 +216,7 @@ class TaskStates:
         checkpoint_id = new_checkpoint_id()
         folder = self._composed_snapshot(task, checkpoint_id)
         done = compose(self.state_dir, task, parts, self._blobs, self._digests, live,
-                       folder)
+                       folder, restored)
         self._index_composed(task, folder, checkpoint_id, checkpoint)
         with self._lock:
             self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
@@ -248,7 +254,7 @@ class TaskStates:
         for task in tasks:
             live = task_dir(self.state_dir, task) / "live"
             try:
-                out[task] = sum(f.stat().st_size for f in live.rglob("*") if f.is_file())
+                out[task] = sum(os.stat(path).st_size for _, path in files_in(live))
             except OSError:  # not there (yet), or replaced meanwhile
                 continue
         return out
