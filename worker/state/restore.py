@@ -20,7 +20,7 @@ from pathlib import Path
 
 from worker.state.backup import SnapshotIndex, blob_key
 from worker.state.blobs import BlobStore
-from worker.state.rocks import ALL_FILES, FEW_FILES
+from worker.state.rocks import FEW_FILES, FILES_ON_USE
 from worker.state.snapshot import (
     Digests,
     FileInfo,
@@ -140,7 +140,7 @@ def open_live(state_dir: Path, task_name: str, snapshot: Path | None, *,
         shutil.rmtree(live, ignore_errors=True)
     else:
         clone(snapshot, live)
-    return TaskStore(live, compact=compact, open_files=ALL_FILES if compact else FEW_FILES)
+    return TaskStore(live, compact=compact, open_files=FILES_ON_USE if compact else FEW_FILES)
 
 
 def _local_files(state_dir: Path, task_name: str, digests: Digests) -> dict[str, Path]:

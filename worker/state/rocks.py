@@ -51,19 +51,21 @@ SETTLE_LIMIT_S = 3.0
 _POLL_S = 0.005
 
 
-#: ``open_files`` for an instance that keeps every SST file open (RocksDB's default):
-#: each is opened when the instance opens (~25 us a file: ~25 ms at 4 GB), and no read
-#: opens one later
-ALL_FILES = -1
+#: ``open_files`` for an instance that opens each SST file at the first read that needs
+#: it, then keeps it open (a table cache larger than any store). RocksDB's default (-1)
+#: opens every file when the instance opens (~25 us a file, 25-130 ms at 4 GB): a
+#: batch's store is opened for each batch, and a batch of a few records reads a few
+#: files (a split child's first batch: its pause)
+FILES_ON_USE = 1 << 20
 #: ``open_files`` for an instance opened only to be cut, checkpointed or made (a split's
 #: composition, a restore): it reads a key or two, so opening its ~1 000 files at 4 GB
 #: would be most of its open (11 ms instead of 26, measured; bench/RESULTS.md)
 FEW_FILES = 16
 
 
-def options(*, compact: bool = True, open_files: int = ALL_FILES) -> Options:
+def options(*, compact: bool = True, open_files: int = FILES_ON_USE) -> Options:
     """This project's options for an instance; ``compact``: automatic compactions on;
-    ``open_files``: how many SST files it keeps open (:data:`ALL_FILES`, :data:`FEW_FILES`)."""
+    ``open_files``: how many SST files it keeps open (:data:`FILES_ON_USE`, :data:`FEW_FILES`)."""
     out = Options(raw_mode=True)
     out.set_max_open_files(open_files)
     out.create_if_missing(True)
@@ -81,7 +83,7 @@ def options(*, compact: bool = True, open_files: int = ALL_FILES) -> Options:
     return out
 
 
-def open_instance(path: Path, *, compact: bool = True, open_files: int = ALL_FILES
+def open_instance(path: Path, *, compact: bool = True, open_files: int = FILES_ON_USE
                   ) -> Rdict:
     """Open (or create) the RocksDB instance at ``path`` with this project's options,
     automatic compactions on or off (``compact``) from the moment it opens."""

@@ -42,7 +42,7 @@ from worker.state.keys import (
     subtract,
 )
 from worker.state.parts import Part, PartMap, free_folder
-from worker.state.rocks import ALL_FILES, close_instance, open_instance
+from worker.state.rocks import FILES_ON_USE, close_instance, open_instance
 from worker.state.snapshot import clone
 
 _JSON, _BYTES = b"J", b"B"
@@ -65,7 +65,7 @@ class TaskStore:
     default hash for a new one (tests, tools)."""
 
     def __init__(self, path: Path, key_hash: KeyHash | None = None, *,
-                 compact: bool = True, open_files: int = ALL_FILES) -> None:
+                 compact: bool = True, open_files: int = FILES_ON_USE) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         # automatic compactions while open, SST files kept open (rocks.open_instance)
