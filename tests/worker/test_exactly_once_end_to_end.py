@@ -40,7 +40,7 @@ from tests.worker.test_end_to_end import (
 )
 from tests.worker.test_kinesis_end_to_end import Producing as KinesisProducing
 from tests.worker.test_kinesis_end_to_end import split
-from tests.worker.test_stateful_end_to_end import settled
+from tests.worker.test_stateful_end_to_end import settled, stateful_worker
 
 # beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
 pytestmark = [pytest.mark.slow, pytest.mark.beside]
@@ -180,6 +180,45 @@ def test_kills_a_crash_between_commit_and_post_a_zombie_rescales_and_a_leave_dup
     assert re.search(r"lease lost|transactional id \S+ fenced|a commit was fenced", woken), \
         woken[-3000:]
     print(f"{len(records)} records, each exactly once")
+
+
+def test_a_batch_that_splits_its_reads_among_its_tasks_commits_each_record_once(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """Exactly-once output with split reads (``task_reads.split_reads``): 8 tasks with
+    state over 2 partitions on 4 cores, each partition read by two Spark tasks whose
+    output goes into one transaction, and a kill -9 mid-run: a read_committed reader
+    finds every (key, seq) once, in order, with count == seq + 1."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(600)
+    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4",
+                             "--stateful", "--lease-ttl-ms", "600000",
+                             "--poll-close-grace-ms", "0")
+
+    def worker() -> subprocess.Popen[bytes]:
+        started: subprocess.Popen[bytes] = stateful_worker(
+            tmp_path, server, kafka, output, "w0", f"file://{tmp_path / 'blobs'}",
+            "--exactly-once", "--spark-master", "local[4]",
+            "--log-level", "INFO,coxswain.worker.batches=DEBUG")
+        return started
+
+    w0 = worker()
+    try:
+        wait_committed(kafka, output, producing.total, {"w0": w0}, tmp_path)
+        producing.send(400)
+        time.sleep(1)
+        crash(w0)  # kill -9, mid-batch or between: its open transaction is fenced
+        w0 = worker()  # its tasks back from its own snapshots
+        for _ in range(3):
+            producing.send(200)
+            time.sleep(0.3)
+        wait_committed(kafka, output, producing.total, {"w0": w0}, tmp_path)
+    finally:
+        stop_workers([w0])
+    log = (tmp_path / "w0.log").read_text()
+    assert re.search(r"batch \d+: \d+ ranges read by 4 Spark tasks", log), log[-3000:]
+    check_exactly_once(read_committed(kafka, output), producing)
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
