@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from worker.state.snapshot import claim_task_dir, held_tasks
+from tests.worker.test_state_compose import counts, run_batch
+from worker.state.snapshot import claim_task_dir, held_tasks, task_dir
+from worker.state.tasks import StateConfig, TaskStates
 from worker.state.trash import TRASH, Trash
 
 
@@ -46,3 +48,17 @@ def test_what_a_crash_left_in_the_trash_goes_when_the_state_dir_is_opened_again(
     Trash(tmp_path)
     assert _emptied(tmp_path / TRASH)
     assert held_tasks(tmp_path) == []
+
+
+def test_a_commit_moves_the_tasks_older_snapshots_to_the_trash(tmp_path: Path) -> None:
+    """After each commit the task's older snapshots leave their place at once (no later
+    commit can name them) and the disk soon, off the batch's path."""
+    states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}", None))
+    states.restore({"P": {"stateSources": []}})
+    keys: list[bytes | None] = [f"k{i}".encode() for i in range(20)]
+    run_batch(states, "P", "1000-1", keys, 20, 0)
+    run_batch(states, "P", "1000-2", keys, 40, 0)
+    held = sorted(p.name for p in (task_dir(states.state_dir, "P") / "snapshots").iterdir())
+    assert held == ["1000-2", "1000-2.index.json"]
+    assert _emptied(states.state_dir / TRASH)
+    assert counts(states, "P") == dict.fromkeys(keys, 2)

@@ -313,12 +313,13 @@ class TaskStates:
                 index_path(folder).unlink(missing_ok=True)
 
     def _drop_older(self, task: str, keep_from: CheckpointId) -> None:
-        """Delete the task's local snapshots older than ``keep_from``."""
+        """Delete the task's local snapshots older than ``keep_from`` (in the background:
+        this runs after every commit)."""
         for folder in self._snapshots(task):
             cid = _id(folder.name)
             if cid is not None and cid < keep_from:
-                shutil.rmtree(folder, ignore_errors=True)
                 index_path(folder).unlink(missing_ok=True)
+                self._trash.discard(folder)
 
     def refresh(self, actives: Sequence[str], standbys: Sequence[str],
                 read_checkpoints: Callable[[list[str]], Mapping[str, Any]],

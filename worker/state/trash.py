@@ -1,8 +1,10 @@
-"""Task folders removed off a split's or merge's pause: moved aside at once, deleted later.
+"""Task folders and snapshots removed off the pause and the batches: moved aside at once,
+deleted later.
 
 When a split's children are composed, their parent's folder (its live store and
-snapshots, ~3 000 hard links at 4 GB of state) is no longer needed; deleting it before the
-children start put ~40-80 ms of unlinks on the pause (bench/RESULTS.md, #52). It is
+snapshots, ~2 000 hard links at 4 GB of state) is no longer needed, and after each commit
+the task's previous snapshot (~1 000 at 4 GB: 10-15 ms of unlinks a batch); deleting them
+there put the unlinks on the pause and on every batch (bench/RESULTS.md, #52). Each is
 renamed into ``{state dir}/.trash/`` instead (one atomic rename: the task's folder is gone
 from its place, as a deletion would leave it) and deleted by a background thread. A crash
 leaves it in the trash, where the next worker on the state dir deletes it; the trash's
@@ -12,22 +14,27 @@ held here.
 
 from __future__ import annotations
 
+import queue
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 
 TRASH = ".trash"
 
 
 class Trash:
-    """The trash of one state dir."""
+    """The trash of one state dir, emptied by one background thread (started on first
+    use: deletions run one at a time, off the batches' path)."""
 
     def __init__(self, state_dir: Path) -> None:
         self._root = state_dir / TRASH
+        self._pending: queue.SimpleQueue[Path] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._emptier: threading.Thread | None = None
         if self._root.is_dir():  # what a crashed worker left
-            self._delete_later(list(self._root.iterdir()))
+            for folder in self._root.iterdir():
+                self._delete_later(folder)
 
     def discard(self, folder: Path) -> None:
         """Remove ``folder`` from its place now, and its files soon."""
@@ -37,15 +44,20 @@ class Trash:
             folder.rename(moved)
         except FileNotFoundError:
             return
-        self._delete_later([moved])
+        self._delete_later(moved)
 
-    @staticmethod
-    def _delete_later(folders: Sequence[Path]) -> None:
-        if folders:
-            threading.Thread(target=_delete, args=(folders,), name="state-trash",
-                             daemon=True).start()
+    def _delete_later(self, folder: Path) -> None:
+        self._pending.put(folder)
+        with self._lock:
+            if self._emptier is None:
+                self._emptier = threading.Thread(target=self._empty, name="state-trash",
+                                                 daemon=True)
+                self._emptier.start()
 
-
-def _delete(folders: Sequence[Path]) -> None:
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+    def _empty(self) -> None:
+        while True:
+            folder = self._pending.get()
+            if folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                folder.unlink(missing_ok=True)
