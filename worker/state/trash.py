@@ -4,7 +4,8 @@ deleted later.
 When a split's children are composed, their parent's folder (its live store and
 snapshots, ~2 000 hard links at 4 GB of state) is no longer needed, and after each commit
 the task's previous snapshot (~1 000 at 4 GB: 10-15 ms of unlinks a batch); deleting them
-there put the unlinks on the pause and on every batch (bench/RESULTS.md, #52). Each is
+there put the unlinks on the pause and on every commit, which a handover waits for
+(bench/RESULTS.md, #52). Each is
 renamed into ``{state dir}/.trash/`` instead (one atomic rename: the task's folder is gone
 from its place, as a deletion would leave it) and deleted by a background thread. A crash
 leaves it in the trash, where the next worker on the state dir deletes it; the trash's
