@@ -40,7 +40,7 @@ from tests.worker.test_end_to_end import (
 )
 from tests.worker.test_kinesis_end_to_end import Producing as KinesisProducing
 from tests.worker.test_kinesis_end_to_end import split
-from tests.worker.test_stateful_end_to_end import settled, stateful_worker
+from tests.worker.test_stateful_end_to_end import settled, split_reads_job, stateful_worker
 
 # beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
 pytestmark = [pytest.mark.slow, pytest.mark.beside]
@@ -189,12 +189,7 @@ def test_a_batch_that_splits_its_reads_among_its_tasks_commits_each_record_once(
     state over 2 partitions on 4 cores, each partition read by two Spark tasks whose
     output goes into one transaction, and a kill -9 mid-run: a read_committed reader
     finds every (key, seq) once, in order, with count == seq + 1."""
-    topic, output = new_topics(kafka, 2)
-    producing = Producing(kafka, topic)
-    producing.send(600)
-    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4",
-                             "--stateful", "--lease-ttl-ms", "600000",
-                             "--poll-close-grace-ms", "0")
+    output, producing, server = split_reads_job(start_server, kafka)
 
     def worker() -> subprocess.Popen[bytes]:
         started: subprocess.Popen[bytes] = stateful_worker(

@@ -96,18 +96,27 @@ def stateful_worker(tmp_path: Path, server: Any, kafka: LocalKafka, output: str,
                         app="tests.worker.apps:count_task")
 
 
-def test_counts_stay_exact_when_a_batch_splits_its_reads_among_the_tasks(
-    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
-) -> None:
-    """8 tasks with state over 2 partitions on 4 cores: each partition read by two Spark
-    tasks, each running and snapshotting its own share of the partition's tasks
-    (``task_reads.split_reads``), and a crash between batches restores them exactly."""
+def split_reads_job(start_server: StartServer, kafka: LocalKafka
+                    ) -> tuple[str, Producing, Any]:
+    """(output topic, its producing, the coordinator) of a job whose batches split their
+    reads on ``local[4]``: 8 stateful tasks (factor 4) over 2 partitions, 600 records
+    sent; the lease outlives a worker's restart."""
     topic, output = new_topics(kafka, 2)
     producing = Producing(kafka, topic)
     producing.send(600)
     server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "4",
                              "--stateful", "--lease-ttl-ms", "600000",
                              "--poll-close-grace-ms", "0")
+    return output, producing, server
+
+
+def test_counts_stay_exact_when_a_batch_splits_its_reads_among_the_tasks(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """8 tasks with state over 2 partitions on 4 cores: each partition read by two Spark
+    tasks, each running and snapshotting its own share of the partition's tasks
+    (``task_reads.split_reads``), and a crash between batches restores them exactly."""
+    output, producing, server = split_reads_job(start_server, kafka)
     blobs = f"file://{tmp_path / 'blobs'}"
 
     def worker() -> Any:
