@@ -155,14 +155,14 @@ class TaskStates:
         as tasks of their own by a restore beside this one."""
         sources_used: set[str] = set()
         started = next(self._builds)
-        restored: dict[str, RestoreResult] = {}  # source snapshots made present, by marker
+        present: dict[str, RestoreResult] = {}  # source snapshots made present, by marker
         for task, checkpoint in sorted(checkpoints.items()):
             marker, parts = _plan(task, checkpoint)
             sources = _source_tasks(task, checkpoint)
             with self._folders.hold({task} | sources):
                 if parts:
                     sources_used |= sources
-                    self._restore_composed(task, checkpoint, parts, restored)
+                    self._restore_composed(task, checkpoint, parts, present)
                 else:
                     self._restore_own(task, marker, checkpoint.get("inputOffsets", ()))
                 self._built[task] = next(self._builds)
@@ -208,7 +208,7 @@ class TaskStates:
 
     def _restore_composed(self, task: str, checkpoint: Mapping[str, Any],
                           parts: Sequence[Mapping[str, Any]],
-                          restored: dict[str, RestoreResult]) -> None:
+                          present: dict[str, RestoreResult]) -> None:
         """A split child's or merged task's state: the entries of its key buckets from
         each source snapshot, snapshotted under a new checkpoint id that the task's first
         commit uploads (then it depends on no other task's blobs)."""
@@ -216,7 +216,7 @@ class TaskStates:
         checkpoint_id = new_checkpoint_id()
         folder = self._composed_snapshot(task, checkpoint_id)
         done = compose(self.state_dir, task, parts, self._blobs, self._digests, live,
-                       folder, restored)
+                       folder, present)
         self._index_composed(task, folder, checkpoint_id, checkpoint)
         with self._lock:
             self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
