@@ -4,10 +4,16 @@ and what a merged task's store of two parts (``worker.state.parts``: each key's 
 found by a bisect) costs against one instance.
 
     .venv/bin/python -m bench.state_ops [--keys 200000] [--runs 5]
+    .venv/bin/python -m bench.state_ops --against ../coxswain-757ef2d [--runs 5]
 
 Each run counts ``--keys`` distinct keys twice in batches of 10 000 (a read and a write
 per record, then a commit: what the counting app does) into a fresh store of each
 layout, the layouts alternated; medians of ``--runs`` in records/s and their ratio.
+
+``--against TREE``: the same work through ``TaskStore(path)`` of the checkout at ``TREE``
+(say, the release before #52, whose stores had the legacy layout and their own RocksDB
+options) and of this one (a new store: bucket-ordered), each in a process of its own,
+alternated: the ratio #52's "point reads and writes within 5% of today's" asks for.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -73,6 +81,58 @@ def one_run(layout: str, keys: list[bytes], root: Path) -> float:
     return 2 * len(keys) / took
 
 
+# the work of one run through a checkout's own ``TaskStore(path)`` (any release has it)
+_RELEASE_RUN = """
+import random, shutil, sys, tempfile, time
+from pathlib import Path
+from worker.state.store import TaskStore
+count, batch = int(sys.argv[1]), int(sys.argv[2])
+keys = [f"user-{i}".encode() for i in range(count)]
+random.Random(52).shuffle(keys)
+root = Path(tempfile.mkdtemp(prefix="coxswain-bench-ops-"))
+try:
+    store = TaskStore(root / "store")
+    started = time.process_time()
+    for _ in range(2):
+        for start in range(0, len(keys), batch):
+            for k in keys[start:start + batch]:
+                store.set(k, "n", store.get(k, "n", 0) + 1)
+            store.commit()
+    took = time.process_time() - started
+    assert store.get(keys[0], "n") == 2
+    store.close()
+finally:
+    shutil.rmtree(root, ignore_errors=True)
+print(2 * len(keys) / took)
+"""
+
+
+def release_run(tree: Path, keys: int) -> float:
+    """Records per CPU second of one run through ``tree``'s ``TaskStore``."""
+    done = subprocess.run([sys.executable, "-c", _RELEASE_RUN, str(keys), str(BATCH)],
+                          env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree,
+                          check=True, capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
+
+
+def against(tree: Path, keys: int, runs: int) -> None:
+    """This checkout's ``TaskStore`` against ``tree``'s, alternated."""
+    here = Path(__file__).resolve().parent.parent
+    rates: dict[Path, list[float]] = {tree: [], here: []}
+    print(f"load average {os.getloadavg()[0]:.2f}; {keys} keys in random order, two "
+          f"passes, medians of {runs}; {tree} against this checkout ({here})")
+    for i in range(runs):
+        for side in (tree, here) if i % 2 == 0 else (here, tree):
+            rates[side].append(release_run(side, keys))
+        print(f"run {i + 1}: {tree.name} {rates[tree][-1]:,.0f} rec/s, this checkout "
+              f"{rates[here][-1]:,.0f} rec/s", flush=True)
+    then, now = statistics.median(rates[tree]), statistics.median(rates[here])
+    print(f"\n| store | records/s (median) | ratio |\n|---|---|---|\n"
+          f"| {tree.name} | {then:,.0f} | 1.00 |\n| this checkout | {now:,.0f} | "
+          f"{now / then:.2f} |")
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=200_000)
@@ -80,7 +140,12 @@ def main() -> None:
     parser.add_argument("--order", choices=("sequential", "random"), default="random",
                         help="the keys' order in each pass (a real input's is random; "
                         "sequential ids sort together in the legacy layout)")
+    parser.add_argument("--against", type=Path, metavar="TREE",
+                        help="compare with the TaskStore of the checkout at TREE instead")
     args = parser.parse_args()
+    if args.against is not None:
+        against(args.against.resolve(), args.keys, args.runs)
+        return
     keys = [f"user-{i}".encode() for i in range(args.keys)]
     if args.order == "random":
         random.Random(52).shuffle(keys)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from grouping.key_bucket import is_power_of_two
@@ -118,15 +118,22 @@ class BucketLayout:
 
     key_hash: KeyHash
     version: int = 2
+    # the hash function itself, looked up once: a prefix is computed for every read and
+    # write of ``ctx.state`` (bench/state_ops.py)
+    _hash: Callable[[bytes], int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hasher(self.key_hash))
 
     def prefix(self, record_key: bytes | None) -> bytes:
         """The prefix shared by every entry of ``record_key``."""
         if record_key is None:
             return NULL_TAG
-        _check(record_key)
-        reversed_hash = hasher(self.key_hash)(record_key).to_bytes(8, "little").translate(
-            _REVERSED_BITS)
-        return KEYED_TAG + reversed_hash + _LEN.pack(len(record_key)) + record_key
+        size = len(record_key)
+        if size > MAX_KEY_BYTES:
+            raise ValueError("record keys are at most 4 GiB")
+        return b"".join((KEYED_TAG, self._hash(record_key).to_bytes(8, "little").translate(
+            _REVERSED_BITS), _LEN.pack(size), record_key))
 
     def entry_key(self, record_key: bytes | None, name: str) -> bytes:
         """The stored key of entry ``name`` of ``record_key``."""

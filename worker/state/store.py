@@ -46,6 +46,8 @@ from worker.state.rocks import FILES_ON_USE, close_instance, open_instance
 from worker.state.snapshot import clone
 
 _JSON, _BYTES = b"J", b"B"
+#: json.dumps with separators builds an encoder per call; one serves every value
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 #: files under a split's deleted ranges compacted per batch (about 0.3 s here; a split
 #: of 1 GB of state is compacted within ~8 of its child's batches)
 COMPACT_BYTES_PER_BATCH = 64 * 1024 * 1024
@@ -72,6 +74,7 @@ class TaskStore:
         self._compact, self._open_files = compact, open_files
         self._db = self._open(path)
         self._pending: dict[bytes, bytes | None] = {}
+        self._last_prefix: tuple[bytes | None, bytes] | None = None  # (record key, prefix)
         self._map = PartMap()
         self._part_dbs: list[Rdict] = []
         try:
@@ -124,14 +127,14 @@ class TaskStore:
 
     def get(self, key: RecordKey, name: str, default: Any = None) -> Any:
         """Entry ``name`` of record ``key`` (JSON value), or ``default``."""
-        raw = self._read(self.layout.entry_key(as_bytes(key), name))
+        raw = self._read(self._entry_key(key, name))
         if raw is None:
             return default
         return _decode(raw)
 
     def get_bytes(self, key: RecordKey, name: str) -> bytes | None:
         """Entry ``name`` of record ``key`` as stored with :meth:`set_bytes`, or None."""
-        raw = self._read(self.layout.entry_key(as_bytes(key), name))
+        raw = self._read(self._entry_key(key, name))
         if raw is None:
             return None
         if raw[:1] != _BYTES:
@@ -140,16 +143,24 @@ class TaskStore:
 
     def set(self, key: RecordKey, name: str, value: Any) -> None:
         """Set entry ``name`` of record ``key`` to a JSON-serializable ``value``."""
-        self._pending[self.layout.entry_key(as_bytes(key), name)] = _JSON + json.dumps(
-            value, separators=(",", ":")).encode()
+        self._pending[self._entry_key(key, name)] = _JSON + _encode(value).encode()
 
     def set_bytes(self, key: RecordKey, name: str, value: bytes) -> None:
         """Set entry ``name`` of record ``key`` to raw bytes."""
-        self._pending[self.layout.entry_key(as_bytes(key), name)] = _BYTES + bytes(value)
+        self._pending[self._entry_key(key, name)] = _BYTES + bytes(value)
 
     def delete(self, key: RecordKey, name: str) -> None:
         """Remove entry ``name`` of record ``key`` (nothing if absent)."""
-        self._pending[self.layout.entry_key(as_bytes(key), name)] = None
+        self._pending[self._entry_key(key, name)] = None
+
+    def _entry_key(self, key: RecordKey, name: str) -> bytes:
+        """The stored key of entry ``name`` of ``key``. The last key's prefix is kept: an
+        app reads a key's entry, then writes it, and a prefix costs a hash."""
+        record_key = as_bytes(key)
+        last = self._last_prefix
+        if last is None or last[0] != record_key:
+            last = self._last_prefix = (record_key, self.layout.prefix(record_key))
+        return last[1] + name.encode()
 
     def items(self, key: RecordKey) -> dict[str, Any]:
         """Every entry of record ``key``, by name (bytes entries as bytes)."""
