@@ -15,8 +15,10 @@ from rocksdict import AccessType, Options, Rdict
 
 from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
+from worker.state import pending_cut
 from worker.state.blobs import BlobStore, open_blob_store
 from worker.state.compose import compose
+from worker.state.keys import kept_ranges
 from worker.state.restore import RestoreResult
 from worker.state.snapshot import Digests, snapshot_dir, task_dir
 from worker.state.store import TaskStore
@@ -205,3 +207,104 @@ def test_a_splits_children_make_their_parents_snapshot_present_once(tmp_path: Pa
     with TaskStore(into) as store:
         assert {store.split_key(k)[0] for k, _ in store.entries()} == {
             k for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == 1}
+
+
+def _in_bucket(everything: dict[bytes | None, int], bucket: int, factor: int,
+               nulls: bool) -> dict[bytes | None, int]:
+    return {k: n for k, n in everything.items() if (k is None and nulls) or (
+        k is not None and key_bucket(k, 0, factor, KeyHash.XXHASH64) == bucket)}
+
+
+def test_a_split_child_is_its_parents_files_with_the_cut_recorded_and_applied_at_open(
+        tmp_path: Path) -> None:
+    """A factor split's child is composed without opening a store: its parent's files
+    linked, in the live store and the snapshot, with the ranges it keeps recorded beside
+    them (``pending_cut``); the store applies the cut at its first open and forgets it.
+    The snapshot carries the record to the blob store: restored on another host, the
+    child has exactly its bucket, and so does a child of it split again before it wrote
+    anything (both cuts recorded: it keeps what both keep)."""
+    url = f"file://{tmp_path / 'blobs'}"
+    a = TaskStates(StateConfig(tmp_path / "a", url, None))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS, None], 300, 0)
+    everything = counts(a, "P")
+    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
+    for c in (0, 1):
+        live = task_dir(a.state_dir, f"C{c}") / "live"
+        composed = next(p for p in (task_dir(a.state_dir, f"C{c}") / "snapshots").iterdir()
+                        if p.is_dir())
+        kept = kept_ranges({c}, 2, c == 0)
+        assert pending_cut.pending(live) == kept and pending_cut.pending(composed) == kept
+        assert a.restores[f"C{c}"]["linked"] == "P"
+
+    # C1's first commit (no record of its own since the split) names the composed
+    # snapshot, the recorded cut with it; another host restores C1 from it
+    body = a.back_up("9999999999999-0", {"C1": {"inputOffsets": offsets(1, 300)}})
+    a.committed(body)
+    c1 = {"taskName": "C1", "checkpointId": body["C1"]["checkpointId"],
+          "stateCheckpointMarkers": body["C1"]["stateCheckpointMarkers"]}
+    b = TaskStates(StateConfig(tmp_path / "b", url, None))
+    b.restore({"C1": {"inputOffsets": offsets(1, 300), "stateSources": [
+        source(c1, 2, [1], False, KeyHash.XXHASH64)]}})
+    assert counts(b, "C1") == _in_bucket(everything, 1, 2, False)
+    assert pending_cut.pending(task_dir(b.state_dir, "C1") / "live") is None  # applied
+
+    # C1 splits again (factor 4: buckets 1 and 3) before it wrote anything
+    b.restore({f"G{g}": {"inputOffsets": offsets(g, 300), "stateSources": [
+        source(c1, 4, [g], False, KeyHash.XXHASH64)]} for g in (1, 3)})
+    for g in (1, 3):
+        assert counts(b, f"G{g}") == _in_bucket(everything, g, 4, False)
+
+    # on the first host, the live store opened applies the cut and forgets it
+    assert counts(a, "C0") == _in_bucket(everything, 0, 2, True)
+    assert pending_cut.pending(task_dir(a.state_dir, "C0") / "live") is None
+
+
+def test_a_merge_of_children_whose_cuts_are_still_recorded_is_exact(tmp_path: Path) -> None:
+    """Neither child wrote anything between the split and the merge: their snapshots
+    are the parent's files with their cuts recorded. The merge links one as its base and
+    the other as a part, and holds every key of the parent once."""
+    url = f"file://{tmp_path / 'blobs'}"
+    a = TaskStates(StateConfig(tmp_path / "a", url, None))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS, *KEYS[:50], None], 300, 0)
+    everything = counts(a, "P")
+    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
+    body = a.back_up("9999999999999-0", {f"C{c}": {"inputOffsets": offsets(c, 300)}
+                                         for c in (0, 1)})
+    a.committed(body)
+    held = {c: {"taskName": f"C{c}", "checkpointId": body[f"C{c}"]["checkpointId"],
+                "stateCheckpointMarkers": body[f"C{c}"]["stateCheckpointMarkers"]}
+            for c in (0, 1)}
+    for host in ("a", "m"):  # the children's host, and a host with nothing
+        states = a if host == "a" else TaskStates(StateConfig(tmp_path / host, url, None))
+        states.restore({"M": {"inputOffsets": offsets(-1, 300), "stateSources": [
+            source(held[0], 2, [0], True, KeyHash.XXHASH64),
+            source(held[1], 2, [1], False, KeyHash.XXHASH64)]}})
+        assert counts(states, "M") == everything
+        assert states.restores["M"]["copied"] == 0
+
+
+def test_a_recorded_cut_applied_again_after_a_crash_changes_nothing(tmp_path: Path) -> None:
+    """A crash between a store's applying its recorded cut and forgetting it leaves the
+    record: the next open applies it again, which deletes nothing more."""
+    live = tmp_path / "live"
+    with TaskStore(live, KeyHash.XXHASH64) as store:
+        for k in KEYS:
+            store.set(k, "count", 1)
+        store.commit()
+    kept = kept_ranges({1}, 2, False)
+    pending_cut.record(live, kept)
+    with TaskStore(live, KeyHash.XXHASH64) as store:
+        first = {store.split_key(k)[0] for k, _ in store.entries()}
+        store.set(KEYS[0], "count", 5)  # (whatever its bucket: the task's own write)
+        store.commit()
+    assert first == {k for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == 1}
+    pending_cut.record(live, kept)  # as if the record had never been removed
+    with TaskStore(live, KeyHash.XXHASH64) as store:
+        again = {store.split_key(k)[0] for k, _ in store.entries()}
+    expected = first | ({KEYS[0]} if key_bucket(KEYS[0], 0, 2, KeyHash.XXHASH64) == 1
+                        else set())
+    assert again == expected

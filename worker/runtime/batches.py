@@ -270,14 +270,18 @@ class BatchRunner:
                    output: tuple[Any, ...]) -> int:
             # a failure here (the blob store or the coordinator down) fails this commit
             # only: the committer tries again, and the newest then covers everything
+            began = time.monotonic()
             if states is not None and checkpoint_id is not None:
                 cps = states.back_up(checkpoint_id, cps)
+            backed_up = time.monotonic()
             if transactional is None:
                 advanced_ = self._client.commit(self._pid(), version, cps)
             else:
                 advanced_ = transactional(version, cps, output)
             if states is not None:
                 states.committed(cps)
+            trace.debug("commit of version %d: backup %.3fs, the rest %.3fs", version,
+                        backed_up - began, time.monotonic() - backed_up)
             return advanced_
 
         return AsyncCommitter(upload, self._max_delay_s)

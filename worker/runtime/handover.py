@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -32,7 +33,7 @@ from worker.runtime.control import ModelFollower
 from worker.runtime.query import SourceQuery
 from worker.runtime.query_failures import Restarts, classify, python_traceback
 from worker.state.remote import ExecutorStates, StateKeeping
-from worker.state.tasks import restore_groups
+from worker.state.tasks import TaskStates, restore_groups
 
 log = logging.getLogger("coxswain.worker")
 
@@ -110,6 +111,25 @@ def check_stateful(checkpoints: dict[str, Any], names: set[str]) -> None:
             f"{', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}) name no "
             "stateSources, so tasks of a new elasticity factor would start with empty "
             "state. Start the coordinator with --stateful (or this worker without it)")
+
+
+def split_parents(reads: Mapping[str, AbstractSet[tuple[str, int]]], lost: AbstractSet[str],
+                  gained: Sequence[AbstractSet[tuple[str, int]]]) -> dict[str, int]:
+    """The lost tasks whose partitions (``reads``: task -> (topic, partition)s) more of
+    the gained tasks now read: a factor split's parents, their children here. Each with
+    the copies of its last snapshot the children's compositions link: two a child (its
+    live store and its first snapshot). Only a guess, made before the checkpoints say:
+    a copy is used only for the very snapshot they name (``worker.state.staging``)."""
+    out: dict[str, int] = {}
+    for parent in lost:
+        mine = reads.get(parent)
+        if not mine:
+            continue
+        siblings = sum(1 for task in lost if reads.get(task) == mine)
+        children = sum(1 for r in gained if r == mine)
+        if children > siblings:
+            out[parent] = 2 * children // siblings
+    return out
 
 
 def active_tasks(model: dict[str, Any], processor_id: str) -> dict[str, Any]:
@@ -215,8 +235,13 @@ class Handover:
             log.info("version %d: handing over %s", version, ", ".join(sorted(lost)[:10]))
             self._handing_over.begin(version, len(lost))
             started = time.monotonic()
+            parents = self._split_parents(mine, lost)
             self._runner.remove(lost)
             removed = time.monotonic()
+            if isinstance(self._states, TaskStates):
+                # their children's copies of the last snapshot, linked beside the commit
+                for parent, copies in parents.items():
+                    self._states.stage(parent, copies)
             flushed = self._runner.flush(self._commit_wait_s)
             log.info("version %d: %d tasks handed over: their batch ended in %.2fs, its "
                      "commit %.2fs later", version, len(lost), removed - started,
@@ -264,6 +289,19 @@ class Handover:
             self._plan(model, mine, gained | due)
         if self._runner.running.tasks and self._runner.running.plan.version < version:
             self._runner.retag(version)  # nothing gained: commit under the version in force
+
+    def _split_parents(self, mine: dict[str, Any], lost: AbstractSet[str]) -> dict[str, int]:
+        """:func:`split_parents` of this handover (none unless the state is kept here)."""
+        if not isinstance(self._states, TaskStates):
+            return {}
+        old: dict[str, set[tuple[str, int]]] = {}
+        for start in self._runner.running.plan.starts:
+            old.setdefault(start.task, set()).add((start.topic, start.partition))
+        running = self._runner.running.tasks
+        return split_parents(old, lost, [
+            {(str(ssp["stream"]), int(ssp["partition"]))
+             for ssp in task.get("systemStreamPartitions", ())}
+            for name, task in mine.items() if name not in running])
 
     def _warm(self, model: dict[str, Any]) -> None:
         """A worker holding standby copies and no query yet (it joined, and its tasks

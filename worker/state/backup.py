@@ -98,6 +98,7 @@ class UploadResult:
     uploaded_bytes: int
     reused_files: int
     seconds: float
+    index_bytes: bytes = b""  # the index as uploaded (a local copy need not encode it again)
 
 
 class Uploader:
@@ -108,9 +109,13 @@ class Uploader:
     while a latest committed checkpoint references them; so every other file is sent
     again (content-addressed: the same key, now young)."""
 
-    def __init__(self, blobs: BlobStore, parallelism: int = 8) -> None:
+    def __init__(self, blobs: BlobStore, parallelism: int = 8,
+                 pool: ThreadPoolExecutor | None = None) -> None:
         self._blobs = blobs
         self._parallelism = parallelism
+        # a worker's uploads share one pool: starting its threads again for every
+        # commit cost ~16 ms a commit at 4 GB beside a batch (bench/RESULTS.md)
+        self._pool = pool
         self._reusable: dict[str, frozenset[str]] = {}  # task -> blobs of its committed index
 
     def committed(self, index: SnapshotIndex) -> None:
@@ -137,13 +142,19 @@ class Uploader:
         reuse = self._reusable.get(task_name, frozenset())
         to_send = {blob_key(info): name for name, info in files.items()
                    if blob_key(info) not in reuse}
-        with ThreadPoolExecutor(self._parallelism) as pool:
-            list(pool.map(lambda kv: self._blobs.put_file(kv[0], folder / kv[1]),
-                          to_send.items()))
+        def send(item: tuple[str, str]) -> None:
+            self._blobs.put_file(item[0], folder / item[1])
+
+        if self._pool is not None:
+            list(self._pool.map(send, to_send.items()))
+        else:
+            with ThreadPoolExecutor(self._parallelism) as pool:
+                list(pool.map(send, to_send.items()))
         index = SnapshotIndex(task_name, checkpoint_id, files, time.time(),
                               tuple(input_offsets))
         marker = index_key(task_name, checkpoint_id)
-        self._blobs.put(marker, index.to_bytes())
+        raw = index.to_bytes()
+        self._blobs.put(marker, raw)
         return UploadResult(marker, index, len(to_send),
                             sum(files[name].size for name in to_send.values()),
-                            len(files) - len(to_send), time.perf_counter() - started)
+                            len(files) - len(to_send), time.perf_counter() - started, raw)

@@ -25,8 +25,9 @@ depends on no other task's blobs.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,21 @@ from typing import Any
 from grouping.key_bucket import key_bucket
 from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash, key_hash_of
 from grouping.shards import hash_key
+from worker.state import pending_cut
 from worker.state.backup import SnapshotIndex, state_marker
 from worker.state.blobs import BlobStore
-from worker.state.keys import BucketLayout, KeyRange, intersect, kept_ranges
+from worker.state.keys import (
+    META_KEY,
+    PARTS_KEY,
+    BucketLayout,
+    KeyRange,
+    intersect,
+    kept_ranges,
+    layout_of_meta,
+)
 from worker.state.restore import RestoreResult, restore_snapshot
-from worker.state.rocks import FEW_FILES
-from worker.state.snapshot import Digests, clone, task_dir
+from worker.state.rocks import FEW_FILES, open_read_only
+from worker.state.snapshot import Digests, FileInfo, clone, task_dir
 from worker.state.store import TaskStore
 
 BATCH = 10_000  # entries per RocksDB write batch
@@ -59,6 +69,9 @@ class Composed:
     indexes: tuple[SnapshotIndex, ...] = ()
     # the other sources linked as parts of the new store (a merge: no entry copied)
     parts: tuple[str, ...] = ()
+    # the files of the snapshot made, when known without reading it (a split child's:
+    # its source's, and the recorded cut)
+    snapshot_files: Mapping[str, FileInfo] | None = None
 
 
 def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
@@ -104,12 +117,20 @@ class _Keep:
 def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
             blobs: BlobStore, digests: Digests, into: Path,
             snapshot: Path | None = None,
-            present: dict[str, RestoreResult] | None = None) -> Composed:
+            present: dict[str, RestoreResult] | None = None,
+            cuttable: dict[Path, bool] | None = None,
+            staged: Callable[[Path], Path | None] | None = None) -> Composed:
     """Build a fresh store at ``into`` holding, from each source snapshot, the entries of
     its key buckets (API ``stateSources``), and snapshot it at ``snapshot`` if given.
     ``present``: the source snapshots already made present, by marker (a split's
     children share their parent's: it is checked and indexed once, not once a child);
-    the ones this call restores are added to it.
+    the ones this call restores are added to it. ``cuttable``: what is known of the
+    source folders (bucket-ordered by the job's hash, one instance), likewise shared.
+
+    A task built from one such source alone (a factor split's child) is its files
+    hard-linked with the ranges it keeps recorded beside them (``pending_cut``), in the
+    live store and the snapshot: no RocksDB instance is opened here at all; ``staged``
+    gives copies of a source folder linked ahead, when there are (``staging``).
 
     The stores opened here compact nothing (``rocks.open_instance``): the cut's range
     deletions and the linked files' owed compactions are left to the task's first batch,
@@ -135,6 +156,16 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
                 present[marker] = done
         restored.append((i, done.folder, _Keep.of(source)))
         indexes.append(done.index)
+    if len(restored) == 1 and restored[0][2].hash_keys is None and _cuttable(
+            restored[0][1], key_hash, {} if cuttable is None else cuttable):
+        _, folder, keep = restored[0]
+        _link_and_record_cut(folder, keep.ranges(), into, snapshot, staged)
+        made = None if snapshot is None else {
+            **{n: f for n, f in indexes[0].files.items() if n != pending_cut.CUT_FILE},
+            pending_cut.CUT_FILE: digests.of(snapshot / pending_cut.CUT_FILE)}
+        return Composed(tuple(str(s.get("taskName")) for s in sources), 0, files, size,
+                        time.perf_counter() - started, str(sources[restored[0][0]].get(
+                            "taskName")), tuple(indexes), snapshot_files=made)
     target, cut = _cut_base(restored, into, key_hash)
     linked: list[str] = []
     try:
@@ -161,6 +192,68 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
                     time.perf_counter() - started,
                     None if cut is None else str(sources[cut].get("taskName")),
                     tuple(indexes), tuple(linked))
+
+
+def _cuttable(folder: Path, key_hash: KeyHash, known: dict[Path, bool]) -> bool:
+    """Whether the store at ``folder`` can be cut by key ranges without opening it for
+    writing: bucket-ordered by the job's hash, and one instance (a store of parts is cut
+    part by part when opened, ``TaskStore.cut``). Read once per folder."""
+    found = known.get(folder)
+    if found is None:
+        db = open_read_only(folder, FEW_FILES)
+        try:
+            meta, parts = db.get(META_KEY), db.get(PARTS_KEY)
+        finally:
+            db.close()
+        found = known[folder] = meta is not None and parts is None and \
+            layout_of_meta(bytes(meta)) == BucketLayout(key_hash)
+    return found
+
+
+def _link_and_record_cut(source: Path, kept: Sequence[KeyRange], into: Path,
+                         snapshot: Path | None,
+                         staged: Callable[[Path], Path | None] | None) -> None:
+    """``source``'s files linked at ``into`` (and ``snapshot``), each keeping ``kept``
+    only, once opened; a source whose own cut is still recorded keeps what both keep.
+    A copy of ``source`` staged ahead is used as it is (renamed into place)."""
+    before = pending_cut.pending(source)
+    if before is not None:
+        kept = intersect(kept, before)
+
+    def record(folder: Path) -> None:
+        pending_cut.record(folder, kept)
+
+    def place(target: Path) -> None:
+        copy = None if staged is None else staged(source)
+        if copy is None:
+            clone(source, target, then=record)
+            return
+        record(copy)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        copy.rename(target)
+
+    if snapshot is None:
+        place(into)
+        return
+    # the two copies side by side: a copy is ~1 000 hard links at 4 GB, and a link
+    # waits in the kernel, not for the interpreter
+    failed: list[BaseException] = []
+
+    def snapshot_copy() -> None:
+        try:
+            place(snapshot)
+        except BaseException as e:  # raised below, in the caller's thread
+            failed.append(e)
+
+    beside = threading.Thread(target=snapshot_copy, name="compose-link", daemon=True)
+    beside.start()
+    try:
+        place(into)
+    finally:
+        beside.join()
+    if failed:
+        raise failed[0]
 
 
 def _apart(keep: _Keep, others: Sequence[_Keep]) -> bool:

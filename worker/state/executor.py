@@ -294,7 +294,7 @@ def _snapshot_and_upload(plan: ExecutorStatePlan, state_dir: Path, task: str,
             _index(state_dir, str(s.get("taskName")), marker, blobs)
             for s in base.sources if (marker := state_marker(s)) is not None])
     result = uploader.upload(task, plan.checkpoint_id, folder, caches.digests)
-    index_path(folder).write_bytes(result.index.to_bytes())
+    index_path(folder).write_bytes(result.index_bytes)
     _set_base(state_dir, task, plan.checkpoint_id)
     _drop_older(state_dir, task, keep={plan.checkpoint_id, base.checkpoint_id})
     return Report(plan.checkpoint_id, result.marker, result.index.size,

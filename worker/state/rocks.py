@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Options, Rdict
+from rocksdict import AccessType, BlockBasedOptions, Options, Rdict
 
 #: the level sizes of every instance (column-family options, as RocksDB writes them in
 #: its OPTIONS file)
@@ -90,6 +90,14 @@ def open_instance(path: Path, *, compact: bool = True, open_files: int = FILES_O
     given = options(compact=compact, open_files=open_files)
     # named for the default column family, the options replace the OPTIONS file's
     return Rdict(str(path), given, column_families={"default": given})
+
+
+def open_read_only(path: Path, open_files: int = FILES_ON_USE) -> Rdict:
+    """The instance at ``path`` opened to read a key or two: no lock taken, nothing
+    written (a snapshot folder stays as it is)."""
+    given = options(compact=False, open_files=open_files)
+    return Rdict(str(path), given, column_families={"default": given},
+                 access_type=AccessType.read_only())
 
 
 def running_compactions(db: Rdict) -> int:

@@ -16,7 +16,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,15 +105,18 @@ def inventory(folder: Path, digests: Digests) -> dict[str, FileInfo]:
     return {name: digests.of(path) for name, path in sorted(files_in(folder))}
 
 
-def clone(source: Path, target: Path, nested: bool = True) -> None:
+def clone(source: Path, target: Path, nested: bool = True,
+          then: Callable[[Path], None] | None = None) -> None:
     """A working copy of a snapshot: SST files hard-linked (immutable; RocksDB deletes
     rather than rewrites them), the small mutable ones (MANIFEST, CURRENT, OPTIONS, WAL)
     copied; the parts' folders too unless not ``nested`` (the root instance alone).
-    Built beside ``target`` and renamed into place, so a crash leaves either nothing or
-    the whole copy."""
+    Built beside ``target`` (``then`` called on it last) and renamed into place, so a
+    crash leaves either nothing or the whole copy."""
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     _link_tree(source, staging, nested)
+    if then is not None:
+        then(staging)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
 

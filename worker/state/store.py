@@ -23,6 +23,7 @@ from typing import Any
 from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from grouping.key_hash import DEFAULT_KEY_HASH, KeyHash
+from worker.state import pending_cut
 from worker.state.keys import (
     DROPPED_KEY,
     ENTRIES_BEGIN,
@@ -80,12 +81,26 @@ class TaskStore:
         try:
             self.layout, self._recorded = self._open_layout(key_hash)
             self._open_parts()
+            self._apply_pending_cut()
         except BaseException:
             self.close()
             raise
 
     def _open(self, path: Path) -> Rdict:
         return open_instance(path, compact=self._compact, open_files=self._open_files)
+
+    def _apply_pending_cut(self) -> None:
+        """A composed store's cut, recorded beside its files (``worker.state.pending_cut``):
+        applied now, before anything reads the store."""
+        kept = pending_cut.pending(self.path)
+        if kept is None:
+            return
+        if not self.bucket_ordered:
+            raise StateLayoutMismatch(
+                f"the state at {self.path} records a cut by key range, but its layout "
+                f"({self.layout}) has no key ranges")
+        self.cut(kept)
+        pending_cut.applied(self.path)
 
     def _open_layout(self, key_hash: KeyHash | None) -> tuple[Layout, bool]:
         """(the layout, whether the store records it)."""
@@ -276,6 +291,12 @@ class TaskStore:
         taken = {p.folder for p in self._map.parts}
         home = self.path / free_folder(taken)
         clone(source, home, nested=False)
+        # a source whose own cut is still recorded (a child that wrote nothing since its
+        # split) keeps only what both cuts keep
+        recorded = pending_cut.pending(home)
+        if recorded is not None:
+            kept = intersect(kept, recorded)
+            pending_cut.applied(home)
         root = self._open(home)
         meta = root.get(META_KEY)
         if meta is None or layout_of_meta(bytes(meta)) != self.layout:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from worker.state.locks import TaskFolderLocks
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
 from worker.state.snapshot import (
     Digests,
+    FileInfo,
     claim_task_dir,
     files_in,
     held_tasks,
@@ -52,6 +54,7 @@ from worker.state.snapshot import (
     snapshot_dir,
     task_dir,
 )
+from worker.state.staging import Staging
 from worker.state.store import COMPACT_BYTES_PER_BATCH, TaskStore
 from worker.state.trash import Trash
 
@@ -124,7 +127,9 @@ class TaskStates:
         self._blobs = blobs or open_blob_store(config.blob_store, config.blob_store_endpoint,
                                                config.blob_store_options)
         self._digests = Digests()
-        self._uploader = Uploader(self._blobs)
+        # one pool for every upload of this worker's commits (its threads start once)
+        self._uploader = Uploader(self._blobs, pool=ThreadPoolExecutor(
+            8, thread_name_prefix="upload"))
         self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
         self._uploaded: dict[str, SnapshotIndex] = {}  # task -> its newest unacknowledged
         self._lock = threading.Lock()
@@ -134,6 +139,7 @@ class TaskStates:
         # one, say the tasks a survivor gains from a killed worker)
         self._folders = TaskFolderLocks()
         self._trash = Trash(config.state_dir)
+        self._staging = Staging(config.state_dir, self._trash)
         self._builds = itertools.count()
         self._built: dict[str, int] = {}  # task -> when its live store was last restored
         self._composed: dict[str, tuple[tuple[str, str], ...]] = {}  # standby -> sources
@@ -156,22 +162,33 @@ class TaskStates:
         sources_used: set[str] = set()
         started = next(self._builds)
         present: dict[str, RestoreResult] = {}  # source snapshots made present, by marker
+        cuttable: dict[Path, bool] = {}  # source folders cut by key range unopened
         for task, checkpoint in sorted(checkpoints.items()):
             marker, parts = _plan(task, checkpoint)
             sources = _source_tasks(task, checkpoint)
             with self._folders.hold({task} | sources):
                 if parts:
                     sources_used |= sources
-                    self._restore_composed(task, checkpoint, parts, present)
+                    self._restore_composed(task, checkpoint, parts, present, cuttable)
                 else:
                     self._restore_own(task, marker, checkpoint.get("inputOffsets", ()))
                 self._built[task] = next(self._builds)
+        for name in sources_used:  # copies of their snapshots staged and not taken
+            self._staging.discard(task_dir(self.state_dir, name))
         # the source tasks' copies served their purpose (older factors' tasks), unless a
         # restore beside this one made one of them a task of this processor again
         for name in sources_used - set(checkpoints) - set(keep):
             with self._folders.hold({name}):
                 if self._built.get(name, -1) < started:
                     self._trash.discard(task_dir(self.state_dir, name))  # off the pause
+
+    def stage(self, task: str, copies: int) -> None:
+        """Link ``copies`` copies of ``task``'s newest local snapshot in the background,
+        for the compositions about to start from it (``staging``: a split's children,
+        while the task's last commit is under way)."""
+        newest = self._newest_snapshot(task, None, since_commit=False)
+        if newest is not None and copies > 0:
+            self._staging.stage(snapshot_dir(self.state_dir, task, str(newest)), copies)
 
     def _restore_own(self, task: str, marker: str | None,
                      starts: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -208,7 +225,8 @@ class TaskStates:
 
     def _restore_composed(self, task: str, checkpoint: Mapping[str, Any],
                           parts: Sequence[Mapping[str, Any]],
-                          present: dict[str, RestoreResult]) -> None:
+                          present: dict[str, RestoreResult],
+                          cuttable: dict[Path, bool]) -> None:
         """A split child's or merged task's state: the entries of its key buckets from
         each source snapshot, snapshotted under a new checkpoint id that the task's first
         commit uploads (then it depends on no other task's blobs)."""
@@ -216,8 +234,8 @@ class TaskStates:
         checkpoint_id = new_checkpoint_id()
         folder = self._composed_snapshot(task, checkpoint_id)
         done = compose(self.state_dir, task, parts, self._blobs, self._digests, live,
-                       folder, present)
-        self._index_composed(task, folder, checkpoint_id, checkpoint)
+                       folder, present, cuttable, self._staging.take)
+        self._index_composed(task, folder, checkpoint_id, checkpoint, done.snapshot_files)
         with self._lock:
             self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
         self._uploader.inherits(task, done.indexes)
@@ -240,12 +258,14 @@ class TaskStates:
         return folder
 
     def _index_composed(self, task: str, folder: Path, checkpoint_id: str,
-                        checkpoint: Mapping[str, Any]) -> None:
+                        checkpoint: Mapping[str, Any],
+                        files: Mapping[str, FileInfo] | None = None) -> None:
         """A composed store's snapshot at ``folder`` gets a local index pairing it with
         the offsets the task starts from (how far a standby's copy is behind is measured
-        from those)."""
-        index = SnapshotIndex(task, checkpoint_id, inventory(folder, self._digests),
-                              time.time(), tuple(checkpoint.get("inputOffsets") or ()))
+        from those); ``files``: its files when known (else read: a stat a file)."""
+        found = inventory(folder, self._digests) if files is None else dict(files)
+        index = SnapshotIndex(task, checkpoint_id, found, time.time(),
+                              tuple(checkpoint.get("inputOffsets") or ()))
         index_path(folder).write_bytes(index.to_bytes())
 
     def sizes(self, tasks: Sequence[str]) -> dict[str, int]:
@@ -274,7 +294,7 @@ class TaskStates:
                                            snapshot_dir(self.state_dir, task, str(newest)),
                                            self._digests, checkpoint.get("inputOffsets", ()))
             index_path(snapshot_dir(self.state_dir, task, str(newest))).write_bytes(
-                result.index.to_bytes())
+                result.index_bytes)
             with self._lock:
                 self._uploaded[task] = result.index
                 self.uploaded[task] = result.uploaded_bytes
@@ -392,7 +412,8 @@ class TaskStates:
             folder = self._composed_snapshot(task, COMPOSED_STANDBY_ID)
             done = compose(self.state_dir, task, parts, self._blobs, self._digests, work,
                            folder)
-            self._index_composed(task, folder, COMPOSED_STANDBY_ID, checkpoint)
+            self._index_composed(task, folder, COMPOSED_STANDBY_ID, checkpoint,
+                                 done.snapshot_files)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self._composed[task] = key
