@@ -81,7 +81,8 @@ def one_run(layout: str, keys: list[bytes], root: Path) -> float:
     return 2 * len(keys) / took
 
 
-# the work of one run through a checkout's own ``TaskStore(path)`` (any release has it)
+# the work of one run through a checkout's own ``TaskStore(path)`` (any release has it):
+# one_run's loop again, as text, since it runs in a process importing the other checkout
 _RELEASE_RUN = """
 import random, shutil, sys, tempfile, time
 from pathlib import Path

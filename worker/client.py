@@ -82,6 +82,9 @@ class CoordinatorClient:
         self._retry_for_s = retry_for_s
         self._base, self._cap = base_delay_s, max_delay_s
         self._sleep, self._clock = sleep, clock
+        # the retries' jitter draws from a generator of the client's own: the global one
+        # is the app's (and a test's: hypothesis flags draws from it by other threads)
+        self._jitter = random.Random()
         self._lease_token: str | None = None  # of the last registration
         #: called when a request succeeds after transport errors (a reconnection, maybe
         #: to another replica): the worker heartbeats at once, so the coordinator sees it
@@ -116,7 +119,7 @@ class CoordinatorClient:
             if self._clock() >= deadline:
                 raise ConnectionError(f"{method} {path}: coordinator unavailable for "
                                       f"{self._retry_for_s:.0f}s ({reason})")
-            delay = random.uniform(0, min(self._cap, self._base * 2 ** attempt))
+            delay = self._jitter.uniform(0, min(self._cap, self._base * 2 ** attempt))
             attempt += 1
             log.warning("%s %s at %s failed (%s); retrying in %.2fs", method, path, url,
                         reason, delay)

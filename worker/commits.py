@@ -83,6 +83,7 @@ class AsyncCommitter:
         self._max_delay_s = max_delay_s
         self._retry_base_s, self._retry_max_s = retry_base_s, retry_max_s
         self._clock = clock
+        self._jitter = random.Random()  # its own: the global generator is the app's
         self._cond = threading.Condition()
         self._newest: _Commit | None = None  # not yet handed to the upload
         self._in_flight: _Commit | None = None
@@ -238,7 +239,7 @@ class AsyncCommitter:
     def _back_off(self, commit: _Commit, error: Exception, failed_in_row: int) -> None:
         """After a failed upload: wait, then try the newest commit (this one, or a newer
         one submitted meanwhile, which covers it and is as old as it now)."""
-        delay = random.uniform(0.5, 1.0) * min(
+        delay = self._jitter.uniform(0.5, 1.0) * min(
             self._retry_max_s, self._retry_base_s * 2 ** (failed_in_row - 1))
         with self._cond:
             self.failures += 1
