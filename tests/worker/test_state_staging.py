@@ -124,3 +124,21 @@ def test_a_split_parent_is_a_lost_task_whose_partitions_more_new_tasks_read() ->
     assert split_parents({"A": p0}, {"A"}, [p1]) == {}
     # factor 2 -> 4 over one partition: two parents, four children
     assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0] * 4) == {"A": 4, "B": 4}
+
+
+def test_copies_staged_from_a_folder_rebuilt_since_are_never_used(tmp_path: Path) -> None:
+    """The parent's snapshot folder lost a file before its copies were staged: the
+    composition finds it unlike its index and downloads it again, and the children are
+    made from the rebuilt folder, not from the copies (which lack the file)."""
+    states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}"))
+    states.restore({"P": {"stateSources": []}})
+    parent = _batch(states, "1000-1", KEYS)
+    folder = snapshot_dir(states.state_dir, "P", "1000-1")
+    next(folder.glob("*.sst")).unlink()
+    states.stage("P", 4)
+    _wait_staged(states, 4)
+    states.restore(_children(parent))
+    for c in (0, 1):
+        assert states.restores[f"C{c}"]["files"] >= (1 if c == 0 else 0)
+        assert _counts(states, f"C{c}") == {
+            k: 1 for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == c}

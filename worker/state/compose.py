@@ -6,7 +6,10 @@ Each source snapshot is made present locally (``restore_snapshot``: local files 
 then downloads). The first source whose store is bucket-ordered by the job's key hash
 (``worker.state.keys``) becomes the new store itself: hard-linked (RocksDB's files are
 immutable) and cut to the task's key ranges by range deletions, so a split costs the same
-at 10 MB or 10 GB. Every other bucket-ordered source whose kept ranges no other
+at 10 MB or 10 GB. A task made of one such source (a factor split's child) does not even
+open it: the ranges it keeps are recorded beside the linked files and applied when the
+store is first opened (``pending_cut``), and the links may have been made ahead
+(``staging``). Every other bucket-ordered source whose kept ranges no other
 source shares (a factor merge's second child) is linked the same way beside it, as a
 part of the new store owning those ranges (``worker.state.parts``): a merge copies no
 entry either. The rest are copied aside, opened, and their entries in the task's key
@@ -141,6 +144,7 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
     key_hash = key_hash_of(sources[0]) if sources else DEFAULT_KEY_HASH  # the job's
     restored: list[tuple[int, Path, _Keep]] = []
     indexes: list[SnapshotIndex] = []
+    made_present: list[RestoreResult] = []
     for i, source in enumerate(sources):
         marker = state_marker(source)
         if marker is None:
@@ -156,10 +160,15 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
                 present[marker] = done
         restored.append((i, done.folder, _Keep.of(source)))
         indexes.append(done.index)
+        made_present.append(done)
     if len(restored) == 1 and restored[0][2].hash_keys is None and _cuttable(
             restored[0][1], key_hash, {} if cuttable is None else cuttable):
         _, folder, keep = restored[0]
-        _link_and_record_cut(folder, keep.ranges(), into, snapshot, staged)
+        # a copy staged before the folder was rebuilt from the blob store (it did not
+        # match its index) may hold what the index does not: used only if nothing came
+        fresh = all(r.downloaded_files == 0 for r in made_present)
+        _link_and_record_cut(folder, keep.ranges(), into, snapshot,
+                             staged if fresh else None)
         made = None if snapshot is None else {
             **{n: f for n, f in indexes[0].files.items() if n != pending_cut.CUT_FILE},
             pending_cut.CUT_FILE: digests.of(snapshot / pending_cut.CUT_FILE)}
