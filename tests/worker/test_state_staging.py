@@ -13,9 +13,10 @@ from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
 from worker.runtime.handover import split_parents
 from worker.state.snapshot import snapshot_dir, task_dir
-from worker.state.staging import STAGED
+from worker.state.staging import STAGED, Staging
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, TaskStates
+from worker.state.trash import Trash
 
 KEYS = [f"customer-{i}".encode() for i in range(200)]
 MARK = "STAGED-HERE"  # a file only the staged copies hold
@@ -142,3 +143,27 @@ def test_copies_staged_from_a_folder_rebuilt_since_are_never_used(tmp_path: Path
         assert states.restores[f"C{c}"]["files"] >= (1 if c == 0 else 0)
         assert _counts(states, f"C{c}") == {
             k: 1 for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == c}
+
+
+def test_copies_nobody_takes_in_time_are_discarded(tmp_path: Path) -> None:
+    """A wrong guess (the new tasks read the parent's partitions but are not its
+    children) leaves copies nobody asks for: they go once ``stale_s`` has passed, so
+    they never keep the parent's files on disk; a staging again in between keeps them."""
+    source = tmp_path / "snapshot"
+    with TaskStore(tmp_path / "live", KeyHash.XXHASH64) as store:
+        store.set(KEYS[0], "n", 1)
+        store.commit()
+        store.snapshot(source)
+    staging = Staging(tmp_path / "state", Trash(tmp_path / "state"), stale_s=0.3)
+    staging.stage(source, 2)
+    deadline = time.monotonic() + 10
+    while (tmp_path / "state" / STAGED).is_dir() and any(
+            (tmp_path / "state" / STAGED).iterdir()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert staging.take(source) is None
+    staging.stage(source, 1)
+    copy = staging.take(source)  # taken at once: the timer finds nothing left
+    assert copy is not None and (copy / "CURRENT").exists()
+    time.sleep(0.5)
+    assert copy.exists()

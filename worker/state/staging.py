@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -34,32 +33,32 @@ STALE_S = 60.0  # a copy not taken within this long never will be
 class Staging:
     """The copies linked ahead for one state dir."""
 
-    def __init__(self, state_dir: Path, trash: Trash) -> None:
+    def __init__(self, state_dir: Path, trash: Trash, stale_s: float = STALE_S) -> None:
         self._root = state_dir / STAGED
         self._trash = trash
+        self._stale_s = stale_s
         self._cond = threading.Condition()
         self._ready: dict[Path, list[Path]] = {}  # source folder -> copies not taken
         self._linking: dict[Path, int] = {}  # source folder -> copies being linked
         self._doomed: set[Path] = set()  # discarded while linked: trashed when done
-        self._staged_at: dict[Path, float] = {}  # source folder -> when last staged
+        self._staged: dict[Path, int] = {}  # source folder -> its latest staging's number
+        self._stagings = 0
         if self._root.is_dir():  # what a crashed worker left
             trash.discard(self._root)
 
     def stage(self, source: Path, copies: int) -> None:
         """Link ``copies`` copies of the snapshot folder ``source`` in the background;
-        copies staged over a minute ago and not taken are discarded (the composition
-        they were staged for never came: the guess was wrong)."""
-        now = time.monotonic()
+        those not taken within ``stale_s`` are discarded (the composition they were
+        staged for never came: the guess was wrong), so that they never keep the
+        folder's files on disk past it."""
         with self._cond:
-            stale = [s for s, at in self._staged_at.items()
-                     if now - at > STALE_S and s != source and not self._linking.get(s)]
-            for s in stale:
-                del self._staged_at[s]
+            self._stagings += 1
+            number = self._staged[source] = self._stagings
             self._linking[source] = self._linking.get(source, 0) + copies
             self._doomed.discard(source)
-            self._staged_at[source] = now
-        for folder in stale:
-            self.discard(folder)
+        expiry = threading.Timer(self._stale_s, self._expire, args=(source, number))
+        expiry.daemon = True
+        expiry.start()
         # two threads (a link waits in the kernel; the commit it runs beside, and the
         # batches, need the machine's other core), each making its share, one at a time
         for share in (copies - copies // 2, copies // 2):
@@ -89,6 +88,14 @@ class Staging:
                     self._cond.notify_all()
                 if made and doomed:
                     self._trash.discard(copy)
+
+    def _expire(self, source: Path, number: int) -> None:
+        """The copies of one staging not taken in time go (unless staged again since)."""
+        with self._cond:
+            if self._staged.get(source) != number:
+                return
+            del self._staged[source]
+        self.discard(source)
 
     def take(self, source: Path) -> Path | None:
         """A copy of the folder ``source`` linked ahead, now the caller's (waiting for one
