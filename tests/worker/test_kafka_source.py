@@ -135,3 +135,40 @@ def test_a_backlog_a_little_over_the_steered_limit_is_read_in_one_batch() -> Non
     # what the source then reads per partition: all of it
     limit = batch_limit(100_002, None, 100_000)
     assert sum(_budget({"t/0": 50_001, "t/1": 50_001}, limit).values()) == 100_002
+
+
+def test_the_planner_looks_once_a_gap_and_at_once_for_tasks_added(
+        kafka: LocalKafka, tmp_path: Any) -> None:
+    """``worker.sources.pacing`` on the real planner: a record produced within the gap
+    waits for it; a new plan (tasks added) is planned at the next tick."""
+    import time
+
+    from worker.sources.kafka import KafkaStreamReader
+    from worker.sources.source_plan import PartitionStart, SourcePlan, write_plan
+
+    topic = _topic(kafka)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "log_level": 2})
+    p.produce(topic, key=b"k", value=b"0")
+    p.flush()
+    plan = tmp_path / "plan.json"
+    key = f"{topic}/0"
+    write_plan(plan, SourcePlan(1, {key: PartitionStart("0")}))
+    reader = KafkaStreamReader({"plan": str(plan), "bootstrap": kafka.bootstrap,
+                                "batchGapMs": "3000"})
+    first = reader.latestOffset(reader.initialOffset())
+    assert first["p"][key]["to"] == 1
+    p.produce(topic, key=b"k", value=b"1")
+    p.flush()
+    assert reader.latestOffset(first) is first  # within the gap: not looked at
+    write_plan(plan, SourcePlan(2, {key: PartitionStart("0")}))  # a task added
+    changed = reader.latestOffset(first)
+    assert changed["v"] == 2 and changed["p"][key]["to"] == 2
+    p.produce(topic, key=b"k", value=b"2")
+    p.flush()
+    started = time.monotonic()
+    later = reader.latestOffset(changed)
+    while later is changed and time.monotonic() - started < 10:
+        time.sleep(0.1)
+        later = reader.latestOffset(changed)
+    assert later["p"][key]["to"] == 3
+    assert time.monotonic() - started >= 2.5  # the gap since the last look

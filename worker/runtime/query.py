@@ -26,6 +26,7 @@ from worker.runtime.contexts import WorkerConfig
 from worker.sources.kafka import kafka_stream
 from worker.sources.kinesis import NAME as KINESIS
 from worker.sources.kinesis import KinesisDataSource
+from worker.sources.pacing import poll_interval
 from worker.sources.source_plan import SourcePlan, write_plan
 
 log = logging.getLogger("coxswain.worker")
@@ -143,6 +144,10 @@ class SourceQuery:
             return None
         return found if isinstance(found, dict) else None
 
+    @property
+    def _tick_ms(self) -> int:
+        return max(1, int(poll_interval(self._config.trigger_interval_s) * 1000))
+
     def _start(self, reads: tuple[str, str | None]) -> None:
         system, stream = reads
         folder = self._root / f"query-{uuid.uuid4().hex[:8]}"
@@ -150,8 +155,9 @@ class SourceQuery:
         query = (self._reader(system, stream).writeStream
                  .foreachBatch(self._on_batch)
                  .option("checkpointLocation", str(folder))
-                 .trigger(processingTime=f"{int(self._config.trigger_interval_s * 1000)} "
-                                          "milliseconds")
+                 # the source paces itself (once a trigger interval, at once for
+                 # tasks just added): the query's own trigger only ticks
+                 .trigger(processingTime=f"{self._tick_ms} milliseconds")
                  .start())
         self._query, self._reads = query, reads
         log.info("query %s started: %s%s, source plan %s", query.id, system,
@@ -167,9 +173,10 @@ class SourceQuery:
                     .option("region", c.kinesis_region or "")
                     .option("plan", str(self._plan_path))
                     .option("maxRecordsPerShard", str(c.max_offsets_per_trigger or 10_000))
+                    .option("batchGapMs", str(int(c.trigger_interval_s * 1000)))
                     .load())
         df: DataFrame = kafka_stream(self._spark, self._plan_path, c.kafka,
-                                     c.max_offsets_per_trigger)
+                                     c.max_offsets_per_trigger, c.trigger_interval_s)
         return df
 
     def failure(self) -> str | None:

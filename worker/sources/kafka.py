@@ -34,6 +34,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from common.kafka_clients import Brokers, KafkaClientSettings, plain, settings_of
 from worker.python_workers import settle
 from worker.sources.kafka_consumers import ConsumerPool, pool
+from worker.sources.pacing import Pacing
 from worker.sources.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
 
 NAME = "coxswain-kafka"
@@ -150,6 +151,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         raw = options.get("maxOffsetsPerTrigger") or ""
         self._limit = int(raw) if raw else None
         self._readers = max(1, int(options.get("readers") or 1))
+        self._pacing = Pacing(int(options.get("batchGapMs") or 0) / 1000)
         self._admin: Any = None
         self._latest: dict[str, int] = {}  # each partition's end at the last trigger
 
@@ -164,6 +166,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: Any = None  # noqa: N802
                      ) -> dict[str, Any]:
         plan = read_plan(self._plan_path)
+        if not self._pacing.due(plan.version):
+            return start  # the gap since the last look not over, the plan unchanged
+        self._pacing.looked(plan.version)
         before: dict[str, dict[str, int]] = start.get("p", {})
         keys = sorted(plan.partitions)
         ends = self._offsets(keys, "latest")
@@ -304,7 +309,9 @@ class KafkaDataSource(DataSource):
     """``spark.readStream.format("coxswain-kafka")`` with options ``plan`` (the path of
     the worker's ``worker.sources.source_plan``), ``bootstrap`` or ``kafka`` (every client
     setting, :meth:`KafkaClientSettings.to_json`) and ``maxOffsetsPerTrigger``
-    (records per trigger over all partitions; default: no limit)."""
+    (records per trigger over all partitions; default: no limit) and ``batchGapMs``
+    (the least time between two looks at the broker's ends, but for a changed plan;
+    default 0: every trigger)."""
 
     @classmethod
     def name(cls) -> str:
@@ -318,14 +325,16 @@ class KafkaDataSource(DataSource):
 
 
 def kafka_stream(spark: Any, plan: Path, bootstrap: Brokers,
-                 max_offsets_per_trigger: int | None = None) -> Any:
+                 max_offsets_per_trigger: int | None = None, gap_s: float = 0.0) -> Any:
     """The streaming DataFrame of the partitions ``plan`` names (read by at most as many
-    Spark tasks per batch as the application has cores)."""
+    Spark tasks per batch as the application has cores; the input looked at at most once
+    every ``gap_s``, :mod:`worker.sources.pacing`)."""
     spark.dataSource.register(KafkaDataSource)
     return (spark.readStream.format(NAME).option("plan", str(plan))
             .option("kafka", settings_of(bootstrap).to_json())
             .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger or ""))
             .option("readers", str(max(1, spark.sparkContext.defaultParallelism)))
+            .option("batchGapMs", str(int(gap_s * 1000)))
             .load())
 
 

@@ -36,6 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from checkpoint.model import MAX_OFFSET_DIGITS
 from grouping.shards import shard_id, shard_partition
+from worker.sources.pacing import Pacing
 from worker.sources.source_plan import read_plan
 
 log = logging.getLogger("coxswain.kinesis")
@@ -265,6 +266,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         self._stream = options["stream"]
         self._plan_path = Path(options["plan"])
         self._limit = int(options.get("maxRecordsPerShard", "10000"))
+        self._pacing = Pacing(int(options.get("batchGapMs") or 0) / 1000)
         self._options = dict(options)
         self._shard_reader: ShardReader | None = None
         # read ahead, not yet planned: (shard, from, to, generation) -> rows
@@ -288,6 +290,9 @@ class KinesisStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: Any = None  # noqa: N802
                      ) -> dict[str, Any]:
         plan = read_plan(self._plan_path)
+        if not self._pacing.due(plan.version):
+            return start  # the gap since the last read not over, the plan unchanged
+        self._pacing.looked(plan.version)
         before: dict[str, dict[str, Any]] = start.get("p", {})
         out: dict[str, dict[str, Any]] = {}
         # read ahead for a batch never planned (the plan changed since): gone
@@ -356,8 +361,10 @@ class KinesisStreamReader(DataSourceStreamReader):
 class KinesisDataSource(DataSource):
     """``spark.readStream.format("coxswain-kinesis")`` with options ``stream``,
     ``endpoint``, ``region``, ``plan`` (the path of the worker's
-    ``worker.sources.source_plan``: shard partitions, their starts and endings) and
-    ``maxRecordsPerShard`` (per trigger, 10000). Credentials: the usual AWS variables."""
+    ``worker.sources.source_plan``: shard partitions, their starts and endings),
+    ``maxRecordsPerShard`` (per trigger, 10000) and ``batchGapMs`` (the least time
+    between two reads of the shards, but for a changed plan; default 0). Credentials:
+    the usual AWS variables."""
 
     @classmethod
     def name(cls) -> str:
