@@ -177,6 +177,10 @@ class Worker:
                                  self._over, lambda: sorted(self._runner.running.tasks),
                                  lambda: follower.latest).start()
         self._keeper = keeper
+        presender = None
+        if isinstance(self._states, TaskStates):  # the live stores on this disk
+            presender = self._states.presender.start(
+                lambda: sorted(self._runner.running.tasks), self._over)
         beats = Heartbeats(self._client, self.processor_id, interval_s, self._over,
                            self._lags, self._stats).start()
         try:
@@ -205,6 +209,8 @@ class Worker:
             follower.join(30)
             if keeper is not None:
                 keeper.join(30)
+            if presender is not None:
+                presender.join(30)
 
     def _hand_over_everything(self, why: str) -> None:
         """No task runs any more; their last commit awaited (it fails if the lease is

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,11 +107,16 @@ class Uploader:
     Reusing a blob that only *some* index names (another task's, or one never committed)
     would race the garbage collector (``worker.state.gc``), which keeps old blobs only
     while a latest committed checkpoint references them; so every other file is sent
-    again (content-addressed: the same key, now young)."""
+    again (content-addressed: the same key, now young), unless ``sent`` says it was sent
+    moments ago (young too: ``worker.state.presend``)."""
 
     def __init__(self, blobs: BlobStore, parallelism: int = 8,
-                 pool: ThreadPoolExecutor | None = None) -> None:
+                 pool: ThreadPoolExecutor | None = None,
+                 sent: Callable[[str, Mapping[str, str]], set[str]] | None = None) -> None:
         self._blobs = blobs
+        # the blobs sent ahead of the backups (``worker.state.presend``): young, so
+        # named safely by an index written now
+        self._sent = sent
         self._parallelism = parallelism
         # a worker's uploads share one pool: starting its threads again for every
         # commit cost ~16 ms a commit at 4 GB beside a batch (bench/RESULTS.md)
@@ -142,6 +147,9 @@ class Uploader:
         reuse = self._reusable.get(task_name, frozenset())
         to_send = {blob_key(info): name for name, info in files.items()
                    if blob_key(info) not in reuse}
+        if self._sent is not None and to_send:
+            for key in self._sent(task_name, {name: key for key, name in to_send.items()}):
+                del to_send[key]
         def send(item: tuple[str, str]) -> None:
             self._blobs.put_file(item[0], folder / item[1])
 

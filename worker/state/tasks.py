@@ -42,6 +42,7 @@ from worker.state.blobs import BlobStore, BlobStoreOptions, open_blob_store
 from worker.state.compose import compose, is_own_whole
 from worker.state.gc import BlobCollector, GcPlan
 from worker.state.locks import TaskFolderLocks
+from worker.state.presend import PreSender
 from worker.state.restore import RestoreResult, open_live, restore_snapshot
 from worker.state.snapshot import (
     Digests,
@@ -127,9 +128,13 @@ class TaskStates:
         self._blobs = blobs or open_blob_store(config.blob_store, config.blob_store_endpoint,
                                                config.blob_store_options)
         self._digests = Digests()
+        # the running tasks' new files sent while their batches run (started per lease)
+        self.presender = PreSender(self._blobs, self._digests,
+                                   lambda task: task_dir(self.state_dir, task) / "live",
+                                   config.gc_grace_s)
         # one pool for every upload of this worker's commits (its threads start once)
         self._uploader = Uploader(self._blobs, pool=ThreadPoolExecutor(
-            8, thread_name_prefix="upload"))
+            8, thread_name_prefix="upload"), sent=self.presender.sent)
         self._committed: dict[str, CheckpointId] = {}  # task -> its last acknowledged id
         self._uploaded: dict[str, SnapshotIndex] = {}  # task -> its newest unacknowledged
         self._lock = threading.Lock()
