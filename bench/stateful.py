@@ -155,8 +155,9 @@ class Job:
 
     def __init__(self, kafka: LocalKafka, s3: LocalS3, root: Path, keys: int,
                  *server_args: str, stateful: bool = True, partitions: int = 2,
-                 factor: int = 2) -> None:
+                 factor: int = 2, worker_args: tuple[str, ...] = ()) -> None:
         self.kafka, self.s3, self.root = kafka, s3, root
+        self.worker_args = worker_args
         self.topic, self.output = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
         create_topics(kafka.bootstrap, [(self.topic, partitions), (self.output, 1)])
         self.producer = Keyed(kafka, self.topic, keys)
@@ -181,7 +182,7 @@ class Job:
              "--api", "task", "--app", app, "--output-topic", self.output,
              "--kafka-bootstrap", self.kafka.bootstrap, "--processor-id", pid,
              "--location", f"host-{pid}", "--spark-master", "local[2]",
-             "--max-offsets-per-trigger", "4000", *state],
+             "--max-offsets-per-trigger", "4000", *state, *self.worker_args],
             stdout=(self.root / f"{pid}.log").open("ab"), stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, **CREDENTIALS})
 
@@ -356,7 +357,7 @@ def _task_cell(name: str) -> tuple[int, int, int]:
 
 def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | None = None,
             merge_after_s: float = 10.0, split_after_s: float = 10.0,
-            feed_every_s: float = 0.5) -> Rescale:
+            feed_every_s: float = 0.5, worker_args: tuple[str, ...] = ()) -> Rescale:
     """One task (one partition, factor 1) holding ``mb`` MB on one worker under 100
     records/s: ``POST /scale`` 2 (the state splits), then, ``merge_after_s`` after the
     split took over, 1 (it merges back); the split ``split_after_s`` after the state was
@@ -367,7 +368,8 @@ def rescale(kafka: LocalKafka, s3: LocalS3, root: Path, mb: int, logs: Path | No
     0.5 s, and one that misses a burst's first trigger is 0.75 s (the worker's 250 ms
     trigger); 0.05 s measures the pause itself."""
     keys = mb * 1024 * 1024 // PROFILE_BYTES
-    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", partitions=1, factor=1)
+    job = Job(kafka, s3, root, keys, "--lease-ttl-ms", "10000", partitions=1, factor=1,
+              worker_args=worker_args)
     try:
         job.producer.send(keys)  # every key once: the state reaches its size
         job.start_worker("w0")
@@ -489,6 +491,9 @@ def main() -> None:
                         help="rescale: the 100 records/s come in bursts this often")
     parser.add_argument("--logs", type=Path, default=None,
                         help="a folder to copy the workers' logs to")
+    parser.add_argument("--worker-log-level", default=None,
+                        help="rescale: the workers' --log-level (e.g. "
+                             "INFO,coxswain.worker.batches=DEBUG)")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     os.environ.update(CREDENTIALS)
@@ -520,7 +525,9 @@ def main() -> None:
                       "split 1 -> 2, s | merge 2 -> 1, s | steady gap, s |\n|---|---|---|---|",
                       flush=True)
                 r = rescale(kafka, s3, root / "rescale", args.mb, args.logs,
-                            args.merge_after_s, args.split_after_s, args.feed_every_s)
+                            args.merge_after_s, args.split_after_s, args.feed_every_s,
+                            ("--log-level", args.worker_log_level)
+                            if args.worker_log_level else ())
                 print(f"| pause (last output before to first after) | {r.split_s:.2f} | "
                       f"{r.merge_s:.2f} | {r.steady_gap_s:.2f} |", flush=True)
                 print(f"| the same, by when the output reached Kafka | "

@@ -12,10 +12,10 @@ from typing import Any
 from grouping.key_bucket import key_bucket
 from grouping.key_hash import KeyHash
 from worker.runtime.handover import split_parents
-from worker.state.snapshot import snapshot_dir, task_dir
+from worker.state.snapshot import index_path, snapshot_dir, task_dir
 from worker.state.staging import STAGED, Staging
 from worker.state.store import TaskStore
-from worker.state.tasks import StateConfig, TaskStates
+from worker.state.tasks import StateConfig, TaskStates, new_checkpoint_id
 from worker.state.trash import Trash
 
 KEYS = [f"customer-{i}".encode() for i in range(200)]
@@ -65,66 +65,37 @@ def test_a_splits_children_take_the_copies_staged_during_the_parents_commit(
     states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}"))
     states.restore({"P": {"stateSources": []}})
     parent = _batch(states, "1000-1", KEYS)
-    states.stage("P", 4)  # two children: a live store and a snapshot each
-    for copy in _wait_staged(states, 4):
+    states.stage("P", 2)  # two children: a live store each
+    for copy in _wait_staged(states, 2):
         (copy / MARK).write_text("")
     states.restore(_children(parent))
-    assert _staged(states) == []  # all four taken
+    assert _staged(states) == []  # both taken
+    # the children's first snapshots are linked once they run (from the parent's
+    # folder, not a staged copy): a commit of a child that wrote nothing yet names it
+    body = states.back_up(new_checkpoint_id(), {f"C{c}": {"inputOffsets": []} for c in (0, 1)})
     for c in (0, 1):
-        composed = next(p for p in (task_dir(states.state_dir, f"C{c}") / "snapshots")
-                        .iterdir() if p.is_dir())
-        assert (composed / MARK).exists()
+        composed = snapshot_dir(states.state_dir, f"C{c}", body[f"C{c}"]["checkpointId"])
+        assert composed.is_dir() and index_path(composed).exists()
+        assert not (composed / MARK).exists()
         assert (task_dir(states.state_dir, f"C{c}") / "live" / MARK).exists()
         assert _counts(states, f"C{c}") == {
             k: 1 for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == c}
 
 
-def test_copies_of_a_snapshot_the_checkpoints_do_not_name_are_never_used(
-        tmp_path: Path) -> None:
-    """The parent's newest snapshot was never committed (its last commit failed and
-    the handover went on without it): the checkpoints name the one before, and the
-    children are made from that one; the copies of the newer go."""
-    states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}"))
-    states.restore({"P": {"stateSources": []}})
-    committed = _batch(states, "1000-1", KEYS)
-    with TaskStore(task_dir(states.state_dir, "P") / "live") as store:  # not committed
-        for k in KEYS:
-            store.set(k, "n", 100)
-        store.commit()
-        store.snapshot(snapshot_dir(states.state_dir, "P", "2000-2"))
-    states.stage("P", 4)
-    _wait_staged(states, 4)
-    states.restore(_children(committed))
-    for c in (0, 1):
-        assert set(_counts(states, f"C{c}").values()) == {1}
-    deadline = time.monotonic() + 10
-    while _staged(states):  # discarded (to the trash)
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-
-
-def test_what_a_crash_left_staged_is_emptied_when_the_next_worker_starts(
-        tmp_path: Path) -> None:
-    left = tmp_path / "a" / STAGED / "0123456789abcdef"
-    left.mkdir(parents=True)
-    (left / "000012.sst").write_bytes(b"x" * 100)
-    TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}"))
-    assert not (tmp_path / "a" / STAGED).exists()  # moved to the trash at once
-
-
 def test_a_split_parent_is_a_lost_task_whose_partitions_more_new_tasks_read() -> None:
     p0, p1 = {("t", 0)}, {("t", 1)}
-    # 1 -> 2 on this processor: two children, a live store and a snapshot each
-    assert split_parents({"A": p0}, {"A"}, [p0, p0]) == {"A": 4}
+    # 1 -> 2 on this processor: two children, a live store each (their snapshots are
+    # linked once they run)
+    assert split_parents({"A": p0}, {"A"}, [p0, p0]) == {"A": 2}
     # a child moved here, its sibling elsewhere
     assert split_parents({"A": p0}, {"A"}, [p0]) == {}
     # 2 -> 4 of two partitions: each parent's children
-    assert split_parents({"A": p0, "B": p1}, {"A", "B"}, [p0, p0, p1, p1]) == {"A": 4, "B": 4}
+    assert split_parents({"A": p0, "B": p1}, {"A", "B"}, [p0, p0, p1, p1]) == {"A": 2, "B": 2}
     # a merge 2 -> 1, and a task that moved away: nothing staged
     assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0]) == {}
     assert split_parents({"A": p0}, {"A"}, [p1]) == {}
     # factor 2 -> 4 over one partition: two parents, four children
-    assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0] * 4) == {"A": 4, "B": 4}
+    assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0] * 4) == {"A": 2, "B": 2}
 
 
 def test_copies_staged_from_a_folder_rebuilt_since_are_never_used(tmp_path: Path) -> None:

@@ -117,9 +117,10 @@ def split_parents(reads: Mapping[str, AbstractSet[tuple[str, int]]], lost: Abstr
                   gained: Sequence[AbstractSet[tuple[str, int]]]) -> dict[str, int]:
     """The lost tasks whose partitions (``reads``: task -> (topic, partition)s) more of
     the gained tasks now read: a factor split's parents, their children here. Each with
-    the copies of its last snapshot the children's compositions link: two a child (its
-    live store and its first snapshot). Only a guess, made before the checkpoints say:
-    a copy is used only for the very snapshot they name (``worker.state.staging``)."""
+    the copies of its last snapshot the children's compositions link ahead: one a child
+    (its live store; its first snapshot is linked once it runs). Only a guess, made
+    before the checkpoints say: a copy is used only for the very snapshot they name
+    (``worker.state.staging``)."""
     out: dict[str, int] = {}
     for parent in lost:
         mine = reads.get(parent)
@@ -128,7 +129,7 @@ def split_parents(reads: Mapping[str, AbstractSet[tuple[str, int]]], lost: Abstr
         siblings = sum(1 for task in lost if reads.get(task) == mine)
         children = sum(1 for r in gained if r == mine)
         if children > siblings:
-            out[parent] = 2 * children // siblings
+            out[parent] = children // siblings
     return out
 
 

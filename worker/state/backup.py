@@ -99,6 +99,7 @@ class UploadResult:
     reused_files: int
     seconds: float
     index_bytes: bytes = b""  # the index as uploaded (a local copy need not encode it again)
+    ahead_files: int = 0  # files found sent ahead (``worker.state.presend``), not sent
 
 
 class Uploader:
@@ -147,9 +148,11 @@ class Uploader:
         reuse = self._reusable.get(task_name, frozenset())
         to_send = {blob_key(info): name for name, info in files.items()
                    if blob_key(info) not in reuse}
+        ahead = 0
         if self._sent is not None and to_send:
             for key in self._sent(task_name, {name: key for key, name in to_send.items()}):
                 del to_send[key]
+                ahead += 1
         def send(item: tuple[str, str]) -> None:
             self._blobs.put_file(item[0], folder / item[1])
 
@@ -165,4 +168,5 @@ class Uploader:
         self._blobs.put(marker, raw)
         return UploadResult(marker, index, len(to_send),
                             sum(files[name].size for name in to_send.values()),
-                            len(files) - len(to_send), time.perf_counter() - started, raw)
+                            len(files) - len(to_send) - ahead,
+                            time.perf_counter() - started, raw, ahead)

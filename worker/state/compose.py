@@ -31,6 +31,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,8 @@ class Composed:
     # the files of the snapshot made, when known without reading it (a split child's:
     # its source's, and the recorded cut)
     snapshot_files: Mapping[str, FileInfo] | None = None
+    # the snapshot still being linked (``compose``'s ``snapshot_done``): done, or failed
+    snapshot_pending: Future[None] | None = None
 
 
 def is_own_whole(task: str, sources: Sequence[Mapping[str, Any]]) -> bool:
@@ -122,7 +125,9 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
             snapshot: Path | None = None,
             present: dict[str, RestoreResult] | None = None,
             cuttable: dict[Path, bool] | None = None,
-            staged: Callable[[Path], Path | None] | None = None) -> Composed:
+            staged: Callable[[Path], Path | None] | None = None,
+            snapshot_done: Callable[[Path, Mapping[str, FileInfo]], None] | None = None
+            ) -> Composed:
     """Build a fresh store at ``into`` holding, from each source snapshot, the entries of
     its key buckets (API ``stateSources``), and snapshot it at ``snapshot`` if given.
     ``present``: the source snapshots already made present, by marker (a split's
@@ -133,7 +138,11 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
     A task built from one such source alone (a factor split's child) is its files
     hard-linked with the ranges it keeps recorded beside them (``pending_cut``), in the
     live store and the snapshot: no RocksDB instance is opened here at all; ``staged``
-    gives copies of a source folder linked ahead, when there are (``staging``).
+    gives copies of a source folder linked ahead, when there are (``staging``). With
+    ``snapshot_done``, such a task's snapshot is linked after this returns, on a thread
+    of its own, and ``snapshot_done(snapshot, its files)`` called once it is in place
+    (``Composed.snapshot_pending`` says when): only the live store is on the path to
+    the task's first batch, which takes a snapshot of its own.
 
     The stores opened here compact nothing (``rocks.open_instance``): the cut's range
     deletions and the linked files' owed compactions are left to the task's first batch,
@@ -167,14 +176,21 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
         # a copy staged before the folder was rebuilt from the blob store (it did not
         # match its index) may hold what the index does not: used only if nothing came
         fresh = all(r.downloaded_files == 0 for r in made_present)
-        _link_and_record_cut(folder, keep.ranges(), into, snapshot,
-                             staged if fresh else None)
-        made = None if snapshot is None else {
-            **{n: f for n, f in indexes[0].files.items() if n != pending_cut.CUT_FILE},
-            pending_cut.CUT_FILE: digests.of(snapshot / pending_cut.CUT_FILE)}
+        shared = {n: f for n, f in indexes[0].files.items() if n != pending_cut.CUT_FILE}
+
+        def made(at: Path) -> dict[str, FileInfo]:
+            return {**shared, pending_cut.CUT_FILE: digests.of(at / pending_cut.CUT_FILE)}
+
+        pending = _link_and_record_cut(
+            folder, keep.ranges(), into, snapshot, staged if fresh else None,
+            None if snapshot_done is None or snapshot is None
+            else lambda at: snapshot_done(at, made(at)))
         return Composed(tuple(str(s.get("taskName")) for s in sources), 0, files, size,
                         time.perf_counter() - started, str(sources[restored[0][0]].get(
-                            "taskName")), tuple(indexes), snapshot_files=made)
+                            "taskName")), tuple(indexes),
+                        snapshot_files=None if snapshot is None or pending is not None
+                        else made(snapshot),
+                        snapshot_pending=pending)
     target, cut = _cut_base(restored, into, key_hash)
     linked: list[str] = []
     try:
@@ -221,10 +237,14 @@ def _cuttable(folder: Path, key_hash: KeyHash, known: dict[Path, bool]) -> bool:
 
 def _link_and_record_cut(source: Path, kept: Sequence[KeyRange], into: Path,
                          snapshot: Path | None,
-                         staged: Callable[[Path], Path | None] | None) -> None:
+                         staged: Callable[[Path], Path | None] | None,
+                         snapshot_done: Callable[[Path], None] | None = None
+                         ) -> Future[None] | None:
     """``source``'s files linked at ``into`` (and ``snapshot``), each keeping ``kept``
     only, once opened; a source whose own cut is still recorded keeps what both keep.
-    A copy of ``source`` staged ahead is used as it is (renamed into place)."""
+    A copy of ``source`` staged ahead is used as it is (renamed into place). With
+    ``snapshot_done``, the snapshot is left to a thread of its own, which calls it once
+    the snapshot is in place: the future returned says when (or why not)."""
     before = pending_cut.pending(source)
     if before is not None:
         kept = intersect(kept, before)
@@ -232,7 +252,7 @@ def _link_and_record_cut(source: Path, kept: Sequence[KeyRange], into: Path,
     def record(folder: Path) -> None:
         pending_cut.record(folder, kept)
 
-    def place(target: Path) -> None:
+    def place(target: Path, staged: Callable[[Path], Path | None] | None = staged) -> None:
         copy = None if staged is None else staged(source)
         if copy is None:
             clone(source, target, then=record)
@@ -244,25 +264,34 @@ def _link_and_record_cut(source: Path, kept: Sequence[KeyRange], into: Path,
 
     if snapshot is None:
         place(into)
-        return
+        return None
     # the two copies side by side: a copy is ~1 000 hard links at 4 GB, and a link
     # waits in the kernel, not for the interpreter
-    failed: list[BaseException] = []
+    done: Future[None] = Future()
+    target = snapshot
 
     def snapshot_copy() -> None:
         try:
-            place(snapshot)
-        except BaseException as e:  # raised below, in the caller's thread
-            failed.append(e)
+            # linked after the task starts: the copies staged ahead are the live stores'
+            place(target, None if snapshot_done is not None else staged)
+            if snapshot_done is not None:
+                snapshot_done(target)
+        except BaseException as e:  # the caller's, or whoever waits for the future
+            done.set_exception(e)
+        else:
+            done.set_result(None)
 
     beside = threading.Thread(target=snapshot_copy, name="compose-link", daemon=True)
     beside.start()
+    if snapshot_done is not None:
+        place(into)  # (a failure here leaves the snapshot an orphan: an older id)
+        return done
     try:
         place(into)
     finally:
         beside.join()
-    if failed:
-        raise failed[0]
+    done.result()
+    return None
 
 
 def _apart(keep: _Keep, others: Sequence[_Keep]) -> bool:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +148,8 @@ class TaskStates:
         self._builds = itertools.count()
         self._built: dict[str, int] = {}  # task -> when its live store was last restored
         self._composed: dict[str, tuple[tuple[str, str], ...]] = {}  # standby -> sources
+        # task -> its composed snapshot being linked (a split child's, after its start)
+        self._linking: dict[str, Future[None]] = {}
         self.restores: dict[str, dict[str, Any]] = {}  # task -> figures of its last restore
         self.uploaded: dict[str, int] = {}  # task -> bytes its last backup sent
 
@@ -171,6 +173,7 @@ class TaskStates:
         for task, checkpoint in sorted(checkpoints.items()):
             marker, parts = _plan(task, checkpoint)
             sources = _source_tasks(task, checkpoint)
+            self._settle(task, quietly=True)  # an earlier build's snapshot, still linking
             with self._folders.hold({task} | sources):
                 if parts:
                     sources_used |= sources
@@ -178,19 +181,47 @@ class TaskStates:
                 else:
                     self._restore_own(task, marker, checkpoint.get("inputOffsets", ()))
                 self._built[task] = next(self._builds)
-        for name in sources_used:  # copies of their snapshots staged and not taken
-            self._staging.discard(task_dir(self.state_dir, name))
-        # the source tasks' copies served their purpose (older factors' tasks), unless a
-        # restore beside this one made one of them a task of this processor again
-        for name in sources_used - set(checkpoints) - set(keep):
-            with self._folders.hold({name}):
-                if self._built.get(name, -1) < started:
-                    self._trash.discard(task_dir(self.state_dir, name))  # off the pause
+        with self._lock:
+            linking = [self._linking[t] for t in checkpoints if t in self._linking]
+
+        def clean_up() -> None:
+            for future in linking:  # they link from the sources' folders
+                future.exception()
+            for name in sources_used:  # copies of their snapshots staged and not taken
+                self._staging.discard(task_dir(self.state_dir, name))
+            # the source tasks' copies served their purpose (older factors' tasks),
+            # unless a restore beside this one made one of them a task of this
+            # processor again
+            for name in sources_used - set(checkpoints) - set(keep):
+                with self._folders.hold({name}):
+                    if self._built.get(name, -1) < started:
+                        self._trash.discard(task_dir(self.state_dir, name))  # off the pause
+
+        if linking:  # after the composed snapshots, off the tasks' start
+            threading.Thread(target=clean_up, name="state-clean-up", daemon=True).start()
+        else:
+            clean_up()
+
+    def _settle(self, task: str, quietly: bool = False) -> None:
+        """Wait for ``task``'s composed snapshot still being linked, if any (a commit may
+        name it, a staging copy it); its failure raised unless ``quietly`` (a new build
+        of the task replaces it)."""
+        with self._lock:
+            future = self._linking.get(task)
+        if future is None:
+            return
+        failure = future.exception()
+        if failure is not None and not quietly:
+            raise failure  # the commit fails (tried again): its snapshot must be there
+        with self._lock:
+            if self._linking.get(task) is future:
+                del self._linking[task]
 
     def stage(self, task: str, copies: int) -> None:
         """Link ``copies`` copies of ``task``'s newest local snapshot in the background,
         for the compositions about to start from it (``staging``: a split's children,
         while the task's last commit is under way)."""
+        self._settle(task, quietly=True)
         newest = self._newest_snapshot(task, None, since_commit=False)
         if newest is not None and copies > 0:
             self._staging.stage(snapshot_dir(self.state_dir, task, str(newest)), copies)
@@ -238,9 +269,19 @@ class TaskStates:
         live = claim_task_dir(self.state_dir, task) / "live"
         checkpoint_id = new_checkpoint_id()
         folder = self._composed_snapshot(task, checkpoint_id)
+        def index_of(at: Path, files: Mapping[str, FileInfo]) -> None:
+            self._index_composed(task, at, checkpoint_id, checkpoint, files)
+
+        # the snapshot linked on (a split child's): only the live store is on the path
+        # to the task's first batch, whose commit names a snapshot of its own
         done = compose(self.state_dir, task, parts, self._blobs, self._digests, live,
-                       folder, present, cuttable, self._staging.take)
-        self._index_composed(task, folder, checkpoint_id, checkpoint, done.snapshot_files)
+                       folder, present, cuttable, self._staging.take, index_of)
+        if done.snapshot_pending is not None:
+            with self._lock:
+                self._linking[task] = done.snapshot_pending
+        else:
+            self._index_composed(task, folder, checkpoint_id, checkpoint,
+                                 done.snapshot_files)
         with self._lock:
             self._committed.pop(task, None)  # the composed snapshot is newer: it goes next
         self._uploader.inherits(task, done.indexes)
@@ -292,6 +333,7 @@ class TaskStates:
         limit = CheckpointId.parse(checkpoint_id)
         out = dict(checkpoints)
         for task, checkpoint in checkpoints.items():
+            self._settle(task)  # a composed snapshot being linked may be the newest
             newest = self._newest_snapshot(task, limit)
             if newest is None:
                 continue
@@ -303,6 +345,10 @@ class TaskStates:
             with self._lock:
                 self._uploaded[task] = result.index
                 self.uploaded[task] = result.uploaded_bytes
+            log.debug("task %s: backup of %s: %d files (%d bytes) sent, %d sent ahead, %d "
+                      "reused, %.3fs", task, newest, result.uploaded_files,
+                      result.uploaded_bytes, result.ahead_files, result.reused_files,
+                      result.seconds)
             out[task] = {**checkpoint, "checkpointId": str(newest),
                          "stateCheckpointMarkers": {MARKER_BACKEND: {STORE_NAME: result.marker}}}
         return out
@@ -428,6 +474,7 @@ class TaskStates:
     def _lag(self, task: str, checkpoint: Mapping[str, Any]) -> int | None:
         """How far the task's newest local snapshot is behind ``checkpoint``: offsets
         (Kafka), or milliseconds of processing (Kinesis, :func:`shard_lag`)."""
+        self._settle(task, quietly=True)
         newest = self._newest_snapshot(task, None, since_commit=False)
         if newest is None:
             return None
