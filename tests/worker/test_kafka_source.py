@@ -140,7 +140,8 @@ def test_a_backlog_a_little_over_the_steered_limit_is_read_in_one_batch() -> Non
 def test_the_planner_looks_once_a_gap_and_at_once_for_tasks_added(
         kafka: LocalKafka, tmp_path: Any) -> None:
     """``worker.sources.pacing`` on the real planner: a record produced within the gap
-    waits for it; a new plan (tasks added) is planned at the next tick."""
+    waits for it, as does a plan that only drops a partition; one that adds (tasks
+    gained) is planned at the next tick."""
     import time
 
     from worker.sources.kafka import KafkaStreamReader
@@ -160,9 +161,11 @@ def test_the_planner_looks_once_a_gap_and_at_once_for_tasks_added(
     p.produce(topic, key=b"k", value=b"1")
     p.flush()
     assert reader.latestOffset(first) is first  # within the gap: not looked at
-    write_plan(plan, SourcePlan(2, {key: PartitionStart("0")}))  # a task added
+    write_plan(plan, SourcePlan(2, {}))  # its task lost: nothing to read at once
+    assert reader.latestOffset(first) is first
+    write_plan(plan, SourcePlan(3, {key: PartitionStart("1", 1)}))  # a task gained
     changed = reader.latestOffset(first)
-    assert changed["v"] == 2 and changed["p"][key]["to"] == 2
+    assert changed["v"] == 3 and changed["p"][key] == {"from": 1, "to": 2, "g": 1}
     p.produce(topic, key=b"k", value=b"2")
     p.flush()
     started = time.monotonic()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from worker.sources.pacing import POLL_S, Pacing, poll_interval
+from worker.sources.pacing import POLL_S, Pacing, adds, poll_interval
+from worker.sources.source_plan import PartitionStart, SourcePlan
 
 
 class Clock:
@@ -32,6 +33,26 @@ def test_a_changed_plan_is_looked_at_at_once() -> None:
     assert pacing.due(4)  # tasks added (or removed) since the last look
     pacing.looked(4)
     assert not pacing.due(4)
+
+
+def test_a_plan_that_only_drops_waits_for_the_gap() -> None:
+    clock = Clock()
+    pacing = Pacing(0.25, clock)
+    pacing.looked(3)
+    clock.now += 0.01
+    assert not pacing.due(4, adds=False)  # lost tasks: the next batch only reads less
+    clock.now += 0.25
+    assert pacing.due(4, adds=False)
+
+
+def test_what_a_plan_adds_to_the_last_batchs_reads() -> None:
+    read = {"t/0": {"from": 5, "to": 9, "g": 1}, "t/1": {"from": 0, "to": 0, "g": 0}}
+    same = SourcePlan(7, {"t/0": PartitionStart("3", 1), "t/1": PartitionStart("0")})
+    assert not adds(same, read)
+    assert not adds(SourcePlan(8, {"t/0": PartitionStart("3", 1)}), read)  # dropped one
+    assert adds(SourcePlan(9, {**same.partitions, "t/2": PartitionStart("0")}), read)
+    assert adds(SourcePlan(9, {"t/0": PartitionStart("4", 2)}), read)  # read again
+    assert adds(same, {})  # the first batch
 
 
 def test_no_gap_looks_at_every_tick() -> None:

@@ -34,7 +34,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from common.kafka_clients import Brokers, KafkaClientSettings, plain, settings_of
 from worker.python_workers import settle
 from worker.sources.kafka_consumers import ConsumerPool, pool
-from worker.sources.pacing import Pacing
+from worker.sources.pacing import Pacing, adds
 from worker.sources.source_plan import EARLIEST, LATEST, SourcePlan, read_plan, split_key
 
 NAME = "coxswain-kafka"
@@ -166,7 +166,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: Any = None  # noqa: N802
                      ) -> dict[str, Any]:
         plan = read_plan(self._plan_path)
-        if not self._pacing.due(plan.version):
+        if not self._pacing.due(plan.version, adds(plan, start.get("p", {}))):
             return start  # the gap since the last look not over, the plan unchanged
         self._pacing.looked(plan.version)
         before: dict[str, dict[str, int]] = start.get("p", {})

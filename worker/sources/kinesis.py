@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from checkpoint.model import MAX_OFFSET_DIGITS
 from grouping.shards import shard_id, shard_partition
-from worker.sources.pacing import Pacing
+from worker.sources.pacing import Pacing, adds
 from worker.sources.source_plan import read_plan
 
 log = logging.getLogger("coxswain.kinesis")
@@ -290,7 +290,7 @@ class KinesisStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: Any = None  # noqa: N802
                      ) -> dict[str, Any]:
         plan = read_plan(self._plan_path)
-        if not self._pacing.due(plan.version):
+        if not self._pacing.due(plan.version, adds(plan, start.get("p", {}))):
             return start  # the gap since the last read not over, the plan unchanged
         self._pacing.looked(plan.version)
         before: dict[str, dict[str, Any]] = start.get("p", {})
