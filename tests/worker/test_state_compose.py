@@ -7,6 +7,8 @@ are given as the data GET /checkpoints would return (``tests/service`` checks th
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,26 @@ def source(held: dict[str, Any], factor: int, buckets: list[int], nulls: bool,
     return found if key_hash is None else {**found, "keyHash": key_hash.value}
 
 
+def _eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time given"
+        time.sleep(0.01)
+
+
+def _composed_snapshot(states: TaskStates, task: str) -> Path:
+    """A split child's composed snapshot, once linked (after the child starts)."""
+    root = task_dir(states.state_dir, task) / "snapshots"
+    found: list[Path] = []
+
+    def linked() -> bool:
+        found[:] = [p for p in root.iterdir() if p.is_dir() and "." not in p.name]
+        return bool(found)
+
+    _eventually(linked)
+    return found[0]
+
+
 @pytest.mark.parametrize("key_hash", [None, KeyHash.XXHASH64], ids=["legacy-crc32", "xxhash64"])
 def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | None],
                                                 tmp_path: Path, key_hash: KeyHash | None
@@ -84,7 +106,9 @@ def test_state_splits_and_merges_by_key_bucket(blob_store_url: tuple[str, str | 
                        or (k is not None and key_bucket(k, 0, 2, kh) == c)}
         assert b.restores[f"C{c}"]["source"] == "composed"
         assert b.restores[f"C{c}"]["from"] == ["P"]
-    assert not task_dir(tmp_path / "b", "P").exists()  # the source's copy is gone
+    # the source's copy goes, once the children's snapshots (linked after they start)
+    # no longer need it
+    _eventually(lambda: not task_dir(tmp_path / "b", "P").exists())
     # each child's first commit uploads a snapshot of its own, even with no new record
     body = b.back_up("9999999999999-0", {"C1": {"inputOffsets": offsets(1, 401)}})
     assert body["C1"]["stateCheckpointMarkers"]["blob"]["state"].startswith("indexes/C1/")
@@ -232,8 +256,7 @@ def test_a_split_child_is_its_parents_files_with_the_cut_recorded_and_applied_at
         source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
     for c in (0, 1):
         live = task_dir(a.state_dir, f"C{c}") / "live"
-        composed = next(p for p in (task_dir(a.state_dir, f"C{c}") / "snapshots").iterdir()
-                        if p.is_dir())
+        composed = _composed_snapshot(a, f"C{c}")
         kept = kept_ranges({c}, 2, c == 0)
         assert pending_cut.pending(live) == kept and pending_cut.pending(composed) == kept
         assert a.restores[f"C{c}"]["linked"] == "P"
