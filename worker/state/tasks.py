@@ -197,8 +197,17 @@ class TaskStates:
                     if self._built.get(name, -1) < started:
                         self._trash.discard(task_dir(self.state_dir, name))  # off the pause
 
+        def clean_up_logged() -> None:
+            try:
+                clean_up()
+            except Exception as e:  # on a thread of its own: said, not lost
+                log.warning("the source tasks' folders of a restore not cleaned up "
+                            "(%s: %s): left on disk",
+                            type(e).__name__, e)
+
         if linking:  # after the composed snapshots, off the tasks' start
-            threading.Thread(target=clean_up, name="state-clean-up", daemon=True).start()
+            threading.Thread(target=clean_up_logged, name="state-clean-up",
+                             daemon=True).start()
         else:
             clean_up()
 
