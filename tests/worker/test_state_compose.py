@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +331,96 @@ def test_a_recorded_cut_applied_again_after_a_crash_changes_nothing(tmp_path: Pa
     expected = first | ({KEYS[0]} if key_bucket(KEYS[0], 0, 2, KeyHash.XXHASH64) == 1
                         else set())
     assert again == expected
+
+
+def _of_bucket(bucket: int, keys: Sequence[bytes | None]) -> list[bytes | None]:
+    """The keys a task of factor 2 reads: its bucket's (the null key: bucket 0's)."""
+    return [k for k in keys if (k is None and bucket == 0) or (
+        k is not None and key_bucket(k, 0, 2, KeyHash.XXHASH64) == bucket)]
+
+
+def test_a_merged_task_is_its_childrens_files_with_the_parts_recorded_and_applied_at_open(
+        tmp_path: Path) -> None:
+    """A factor merge's task is composed without opening a store: its first child's files
+    linked as the root, its second's inside it, with the root's cut and the part's ranges
+    recorded beside them (``pending_cut``), in the live store and the snapshot; the
+    store makes them its parts at its first open and forgets the records. The snapshot
+    carries them to the blob store: restored on another host, the merged task has
+    every key once, and so do its children when it splits again before it wrote
+    anything (a store whose parts are still recorded is opened to be cut, never linked
+    without its parts)."""
+    url = f"file://{tmp_path / 'blobs'}"
+    a = TaskStates(StateConfig(tmp_path / "a", url, None))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS, None], 300, 0)
+    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
+    held = {c: run_batch(a, f"C{c}", f"1001-{c}", _of_bucket(c, [*KEYS[:40], None]), 340, c)
+            for c in (0, 1)}
+    everything = {**counts(a, "C0"), **counts(a, "C1")}
+    assert everything[KEYS[0]] == 2 and everything[None] == 2
+    a.restore({"M": {"inputOffsets": offsets(-1, 340), "stateSources": [
+        source(held[c], 2, [c], c == 0, KeyHash.XXHASH64) for c in (0, 1)]}})
+    assert (a.restores["M"]["linked"], a.restores["M"]["parts"],
+            a.restores["M"]["copied"]) == ("C0", ["C1"], 0)
+    live = task_dir(a.state_dir, "M") / "live"
+    composed = _composed_snapshot(a, "M")
+    for folder in (live, composed):
+        assert pending_cut.pending(folder) == kept_ranges({0}, 2, True)
+        recorded = pending_cut.pending_parts(folder)
+        assert recorded is not None and [(p.folder, list(p.ranges)) for p in recorded] == [
+            ("part-1", kept_ranges({1}, 2, False))]
+        assert (folder / "part-1" / "CURRENT").is_file()
+
+    # M's first commit (it wrote nothing) names the composed snapshot, records and all
+    body = a.back_up("9999999999999-0", {"M": {"inputOffsets": offsets(-1, 340)}})
+    a.committed(body)
+    m = {"taskName": "M", "checkpointId": body["M"]["checkpointId"],
+         "stateCheckpointMarkers": body["M"]["stateCheckpointMarkers"]}
+    b = TaskStates(StateConfig(tmp_path / "b", url, None))
+    b.restore({"M": {"inputOffsets": offsets(-1, 340), "stateSources": [
+        source(m, 1, [0], True, KeyHash.XXHASH64)]}})
+    assert counts(b, "M") == everything
+    b_live = task_dir(b.state_dir, "M") / "live"
+    assert pending_cut.pending_parts(b_live) is None and pending_cut.pending(b_live) is None
+    with TaskStore(b_live) as store:
+        assert store.parts == 2
+
+    # M splits again before it wrote anything: from the snapshot with its records
+    b.restore({f"G{g}": {"inputOffsets": offsets(g, 340), "stateSources": [
+        source(m, 2, [g], g == 0, KeyHash.XXHASH64)]} for g in (0, 1)})
+    for g in (0, 1):
+        assert counts(b, f"G{g}") == _in_bucket(everything, g, 2, g == 0)
+
+    # on the first host, the live store opened makes its parts and forgets the records
+    assert counts(a, "M") == everything
+    assert pending_cut.pending_parts(live) is None and pending_cut.pending(live) is None
+    assert not (live / "part-1" / pending_cut.CUT_FILE).exists()
+
+
+def test_recorded_parts_made_again_after_a_crash_change_nothing(tmp_path: Path) -> None:
+    """A crash between a store's making its recorded parts its own and forgetting the
+    record leaves the record: the next open makes the same parts again (their ranges
+    deleted again, nothing more), and the counts stay."""
+    url = f"file://{tmp_path / 'blobs'}"
+    a = TaskStates(StateConfig(tmp_path / "a", url, None))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS, None], 300, 0)
+    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
+    held = {c: run_batch(a, f"C{c}", f"1001-{c}", _of_bucket(c, KEYS[:10]), 310, c)
+            for c in (0, 1)}
+    a.restore({"M": {"inputOffsets": offsets(-1, 310), "stateSources": [
+        source(held[c], 2, [c], c == 0, KeyHash.XXHASH64) for c in (0, 1)]}})
+    live = task_dir(a.state_dir, "M") / "live"
+    recorded = pending_cut.pending_parts(live)
+    assert recorded is not None
+    first = counts(a, "M")
+    pending_cut.record_parts(live, recorded)  # as if the record had never been removed
+    assert counts(a, "M") == first
+    with TaskStore(live) as store:
+        assert store.parts == 2
+        store.set(KEYS[0], "count", 7)
+        store.set(KEYS[1], "count", 8)
+        store.commit()
+    assert counts(a, "M") == {**first, KEYS[0]: 7, KEYS[1]: 8}

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +19,7 @@ from worker.state.backup import SnapshotIndex
 from worker.state.keys import KeyRange, intersect, subtract
 from worker.state.parts import Part, PartMap
 from worker.state.restore import restore_snapshot
-from worker.state.snapshot import Digests, inventory, snapshot_dir, task_dir
+from worker.state.snapshot import Digests, index_path, inventory, snapshot_dir, task_dir
 from worker.state.store import TaskStore
 
 from .test_state_layout import KEY_HASH, Job, Task
@@ -163,41 +162,49 @@ def test_a_snapshot_of_a_parted_store_is_whole_or_absent(tmp_path: Path) -> None
 
 
 class _CutShort:
-    """Fails the merge's file operations (linking a snapshot, recording the parts) after
-    the first ``steps`` of them."""
+    """Fails a merge's file operation number ``steps`` (from 0: linking the first child,
+    linking the second as a part, recording the parts) on one of its two copies: the
+    live store's (``in_snapshot`` false) or the first snapshot's (linked on a thread of
+    its own once the task may start)."""
 
-    def __init__(self, steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, steps: int, in_snapshot: bool,
+                 monkeypatch: pytest.MonkeyPatch) -> None:
         import worker.state.compose as compose_module
-        import worker.state.store as store_module
-        from worker.state import snapshot
+        from worker.state import pending_cut, snapshot
 
-        self.steps, self.calls = steps, 0
-        real_set_parts = store_module.TaskStore._set_parts
+        self.steps, self.in_snapshot, self.calls = steps, in_snapshot, 0
+        real_record_parts = pending_cut.record_parts
 
-        def clone(source: Path, target: Path, nested: bool = True) -> None:
-            self.step()
-            snapshot.clone(source, target, nested)
+        def clone(source: Path, target: Path, nested: bool = True,
+                  then: Callable[[Path], None] | None = None) -> None:
+            self.step(target)
+            snapshot.clone(source, target, nested, then)
 
-        def set_parts(store: TaskStore, pairs: Sequence[Any]) -> None:
-            self.step()
-            real_set_parts(store, pairs)
+        def record_parts(folder: Path, parts: Sequence[Part]) -> None:
+            self.step(folder)
+            real_record_parts(folder, parts)
 
         monkeypatch.setattr(compose_module, "clone", clone)
-        monkeypatch.setattr(store_module, "clone", clone)
-        monkeypatch.setattr(store_module.TaskStore, "_set_parts", set_parts)
+        monkeypatch.setattr(pending_cut, "record_parts", record_parts)
 
-    def step(self) -> None:
+    def step(self, at: Path) -> None:
+        if ("snapshots" in at.parts) != self.in_snapshot:
+            return
         self.calls += 1
         if self.calls > self.steps:
             raise OSError(f"cut short after step {self.steps}")
 
 
+@pytest.mark.parametrize("in_snapshot", [False, True], ids=["live", "snapshot"])
 def test_a_merge_cut_short_anywhere_is_built_again_whole(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
-    """The merge's write path (link the first child and cut it, link the second as a
-    part and cut it, record the part) stopped after each of its steps in turn: the next
-    restore builds the merged store whole, copying nothing."""
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         in_snapshot: bool) -> None:
+    """The merge's write path (link the first child, link the second inside it as a
+    part, record the cut and the parts; built aside and renamed into place) stopped
+    after each of its steps in turn, in the live store or in its first snapshot: the
+    failure is raised (by the restore, or by the task's first commit, which must name
+    the snapshot), no snapshot is left half made, and the next restore builds the
+    merged store whole, copying nothing."""
     job = Job(tmp_path, legacy_start=False)
     keys = [os.urandom(16) for _ in range(3_000)]
     job.tasks["T"].held = job.commit("T", keys)
@@ -209,12 +216,21 @@ def test_a_merge_cut_short_anywhere_is_built_again_whole(tmp_path: Path,
         {**job.tasks[high].held, "elasticityFactor": 2, "keyBuckets": [1],
          "nullKeys": False, "keyHash": KEY_HASH.value}]
     for steps in range(3):
-        cut = _CutShort(steps, monkeypatch)
+        cut = _CutShort(steps, in_snapshot, monkeypatch)
         name = f"merged-{steps}"
-        with pytest.raises(OSError, match="cut short"):
+        if in_snapshot:
             job.states.restore({name: {"stateSources": sources}}, keep={low, high})
+            with pytest.raises(OSError, match="cut short"):
+                job.states.back_up("9999999999999-0", {name: {"inputOffsets": []}})
+        else:
+            with pytest.raises(OSError, match="cut short"):
+                job.states.restore({name: {"stateSources": sources}}, keep={low, high})
         monkeypatch.undo()
         assert cut.calls == steps + 1
+        for folder in (task_dir(job.states.state_dir, name) / "snapshots").glob("*"):
+            if folder.is_dir() and not folder.name.endswith(".partial"):  # whole
+                index = SnapshotIndex.from_bytes(index_path(folder).read_bytes())
+                assert inventory(folder, Digests()) == dict(index.files)
         job.states.restore({name: {"stateSources": sources}}, keep={low, high})
         assert job.states.restores[name]["copied"] == 0
         job.check(name, Task(1, 0, {}))

@@ -82,7 +82,7 @@ def test_a_splits_children_take_the_copies_staged_during_the_parents_commit(
             k: 1 for k in KEYS if key_bucket(k, 0, 2, KeyHash.XXHASH64) == c}
 
 
-def test_a_split_parent_is_a_lost_task_whose_partitions_more_new_tasks_read() -> None:
+def test_a_composition_source_is_a_lost_task_whose_partitions_new_tasks_read() -> None:
     p0, p1 = {("t", 0)}, {("t", 1)}
     # 1 -> 2 on this processor: two children, a live store each (their snapshots are
     # linked once they run)
@@ -91,8 +91,12 @@ def test_a_split_parent_is_a_lost_task_whose_partitions_more_new_tasks_read() ->
     assert split_parents({"A": p0}, {"A"}, [p0]) == {}
     # 2 -> 4 of two partitions: each parent's children
     assert split_parents({"A": p0, "B": p1}, {"A", "B"}, [p0, p0, p1, p1]) == {"A": 2, "B": 2}
-    # a merge 2 -> 1, and a task that moved away: nothing staged
-    assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0]) == {}
+    # a merge 2 -> 1: each child's snapshot once (the merged store's root, a part)
+    assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0]) == {"A": 1, "B": 1}
+    # 4 -> 2 over one partition: each of the four once
+    assert split_parents({k: p0 for k in "ABCD"}, set("ABCD"), [p0, p0]) == {
+        k: 1 for k in "ABCD"}
+    # a task that moved away: nothing staged
     assert split_parents({"A": p0}, {"A"}, [p1]) == {}
     # factor 2 -> 4 over one partition: two parents, four children
     assert split_parents({"A": p0, "B": p0}, {"A", "B"}, [p0] * 4) == {"A": 2, "B": 2}
@@ -146,3 +150,38 @@ def test_copies_nobody_takes_in_time_are_discarded(tmp_path: Path) -> None:
     assert copy is not None and (copy / "CURRENT").exists()
     time.sleep(0.5)
     assert copy.exists()
+
+
+def test_a_merges_task_takes_the_copies_staged_during_its_childrens_commits(
+        tmp_path: Path) -> None:
+    """A factor merge: a copy of each child's last snapshot staged beside their last
+    commit becomes the merged store's root and its part (renamed into place, not linked
+    again)."""
+    states = TaskStates(StateConfig(tmp_path / "a", f"file://{tmp_path / 'blobs'}"))
+    states.restore({"P": {"stateSources": []}})
+    parent = _batch(states, "1000-1", KEYS)
+    states.restore(_children(parent))
+    held = {}
+    for c in (0, 1):
+        task = f"C{c}"
+        with TaskStore(task_dir(states.state_dir, task) / "live", KeyHash.XXHASH64) as store:
+            for k in KEYS[:20]:
+                if key_bucket(k, 0, 2, KeyHash.XXHASH64) == c:
+                    store.set(k, "n", store.get(k, "n", 0) + 1)
+            store.commit()
+            checkpoint_id = new_checkpoint_id()  # (after the composed snapshot's)
+            store.snapshot(snapshot_dir(states.state_dir, task, checkpoint_id))
+        body = states.back_up(checkpoint_id, {task: {"inputOffsets": []}})
+        states.committed(body)
+        held[c] = {"taskName": task, "checkpointId": body[task]["checkpointId"],
+                   "stateCheckpointMarkers": body[task]["stateCheckpointMarkers"]}
+        states.stage(task, 1)
+    for copy in _wait_staged(states, 2):
+        (copy / MARK).write_text("")
+    states.restore({"M": {"inputOffsets": [], "stateSources": [{
+        **held[c], "elasticityFactor": 2, "keyBuckets": [c], "nullKeys": c == 0,
+        "keyHash": "xxhash64"} for c in (0, 1)]}})
+    assert _staged(states) == []  # both taken
+    live = task_dir(states.state_dir, "M") / "live"
+    assert (live / MARK).exists() and (live / "part-1" / MARK).exists()
+    assert _counts(states, "M") == {k: 2 if k in KEYS[:20] else 1 for k in KEYS}

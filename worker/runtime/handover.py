@@ -115,12 +115,13 @@ def check_stateful(checkpoints: dict[str, Any], names: set[str]) -> None:
 
 def split_parents(reads: Mapping[str, AbstractSet[tuple[str, int]]], lost: AbstractSet[str],
                   gained: Sequence[AbstractSet[tuple[str, int]]]) -> dict[str, int]:
-    """The lost tasks whose partitions (``reads``: task -> (topic, partition)s) more of
-    the gained tasks now read: a factor split's parents, their children here. Each with
-    the copies of its last snapshot the children's compositions link ahead: one a child
-    (its live store; its first snapshot is linked once it runs). Only a guess, made
-    before the checkpoints say: a copy is used only for the very snapshot they name
-    (``worker.state.staging``)."""
+    """The lost tasks whose snapshots the gained tasks here are composed from, guessed by
+    the partitions (``reads``: task -> (topic, partition)s) each reads, with the copies
+    of its last snapshot the compositions link ahead: a factor split's parent (more
+    tasks gained than lost on its partitions), one a child (its live store; its first
+    snapshot is linked once it runs), and a factor merge's child (fewer), one (the
+    merged store's root or a part). Only a guess, made before the checkpoints say: a
+    copy is used only for the very snapshot they name (``worker.state.staging``)."""
     out: dict[str, int] = {}
     for parent in lost:
         mine = reads.get(parent)
@@ -130,7 +131,9 @@ def split_parents(reads: Mapping[str, AbstractSet[tuple[str, int]]], lost: Abstr
         children = sum(1 for r in gained if r == mine)
         if children > siblings:
             out[parent] = children // siblings
-    return out
+        elif children:
+            out[parent] = 1 if children < siblings else 0
+    return {task: copies for task, copies in out.items() if copies}
 
 
 def active_tasks(model: dict[str, Any], processor_id: str) -> dict[str, Any]:

@@ -6,13 +6,14 @@ Each source snapshot is made present locally (``restore_snapshot``: local files 
 then downloads). The first source whose store is bucket-ordered by the job's key hash
 (``worker.state.keys``) becomes the new store itself: hard-linked (RocksDB's files are
 immutable) and cut to the task's key ranges by range deletions, so a split costs the same
-at 10 MB or 10 GB. A task made of one such source (a factor split's child) does not even
-open it: the ranges it keeps are recorded beside the linked files and applied when the
-store is first opened (``pending_cut``), and the links may have been made ahead
-(``staging``). Every other bucket-ordered source whose kept ranges no other
+at 10 MB or 10 GB. Every other bucket-ordered source whose kept ranges no other
 source shares (a factor merge's second child) is linked the same way beside it, as a
 part of the new store owning those ranges (``worker.state.parts``): a merge copies no
-entry either. The rest are copied aside, opened, and their entries in the task's key
+entry either. When every source is such a store of one instance (a factor split's
+child, a factor merge's task), none is even opened: the ranges the root keeps, and the
+parts, are recorded beside the linked files and applied when the store is first opened
+(``pending_cut``), which the task's first batch does anyway, and the links may have been
+made ahead (``staging``). The rest are copied aside, opened, and their entries in the task's key
 buckets written into the new store: for a bucket-ordered source (a Kinesis merge's
 parents, which share key buckets) only its kept ranges are read; a legacy store
 (written before the layout) is read whole and its entries are rewritten in the
@@ -51,6 +52,7 @@ from worker.state.keys import (
     kept_ranges,
     layout_of_meta,
 )
+from worker.state.parts import PART_PREFIX, Part
 from worker.state.restore import RestoreResult, restore_snapshot
 from worker.state.rocks import FEW_FILES, open_read_only
 from worker.state.snapshot import Digests, FileInfo, clone, task_dir
@@ -170,24 +172,33 @@ def compose(state_dir: Path, task: str, sources: Sequence[Mapping[str, Any]],
         restored.append((i, done.folder, _Keep.of(source)))
         indexes.append(done.index)
         made_present.append(done)
-    if len(restored) == 1 and restored[0][2].hash_keys is None and _cuttable(
-            restored[0][1], key_hash, {} if cuttable is None else cuttable):
-        _, folder, keep = restored[0]
+    links = _linkable(restored, key_hash, {} if cuttable is None else cuttable)
+    if links is not None:
         # a copy staged before the folder was rebuilt from the blob store (it did not
         # match its index) may hold what the index does not: used only if nothing came
         fresh = all(r.downloaded_files == 0 for r in made_present)
-        shared = {n: f for n, f in indexes[0].files.items() if n != pending_cut.CUT_FILE}
+        folders = [f"{PART_PREFIX}{n}" for n in range(1, len(links))]
 
         def made(at: Path) -> dict[str, FileInfo]:
-            return {**shared, pending_cut.CUT_FILE: digests.of(at / pending_cut.CUT_FILE)}
+            out: dict[str, FileInfo] = {}
+            for (j, _, _), inside in zip(links, ["", *folders], strict=True):
+                prefix = f"{inside}/" if inside else ""
+                out.update((prefix + n, f) for n, f in indexes[j].files.items()
+                           if n not in _RECORDS)
+            out[pending_cut.CUT_FILE] = digests.of(at / pending_cut.CUT_FILE)
+            if folders:
+                out[pending_cut.PARTS_FILE] = digests.of(at / pending_cut.PARTS_FILE)
+            return out
 
-        pending = _link_and_record_cut(
-            folder, keep.ranges(), into, snapshot, staged if fresh else None,
+        pending = _link_and_record(
+            [(folder, kept) for _, folder, kept in links], into, snapshot,
+            staged if fresh else None,
             None if snapshot_done is None or snapshot is None
             else lambda at: snapshot_done(at, made(at)))
+        names = [str(sources[restored[j][0]].get("taskName")) for j, _, _ in links]
         return Composed(tuple(str(s.get("taskName")) for s in sources), 0, files, size,
-                        time.perf_counter() - started, str(sources[restored[0][0]].get(
-                            "taskName")), tuple(indexes),
+                        time.perf_counter() - started, names[0], tuple(indexes),
+                        tuple(names[1:]),
                         snapshot_files=None if snapshot is None or pending is not None
                         else made(snapshot),
                         snapshot_pending=pending)
@@ -231,36 +242,73 @@ def _cuttable(folder: Path, key_hash: KeyHash, known: dict[Path, bool]) -> bool:
         finally:
             db.close()
         found = known[folder] = meta is not None and parts is None and \
-            layout_of_meta(bytes(meta)) == BucketLayout(key_hash)
+            layout_of_meta(bytes(meta)) == BucketLayout(key_hash) and \
+            pending_cut.pending_parts(folder) is None
     return found
 
 
-def _link_and_record_cut(source: Path, kept: Sequence[KeyRange], into: Path,
-                         snapshot: Path | None,
-                         staged: Callable[[Path], Path | None] | None,
-                         snapshot_done: Callable[[Path], None] | None = None
-                         ) -> Future[None] | None:
-    """``source``'s files linked at ``into`` (and ``snapshot``), each keeping ``kept``
-    only, once opened; a source whose own cut is still recorded keeps what both keep.
-    A copy of ``source`` staged ahead is used as it is (renamed into place). With
-    ``snapshot_done``, the snapshot is left to a thread of its own, which calls it once
-    the snapshot is in place: the future returned says when (or why not)."""
-    before = pending_cut.pending(source)
-    if before is not None:
-        kept = intersect(kept, before)
+def _linkable(restored: Sequence[tuple[int, Path, _Keep]], key_hash: KeyHash,
+              cuttable: dict[Path, bool]) -> list[tuple[int, Path, list[KeyRange]]] | None:
+    """The sources a task is composed of by links alone, each with the ranges it keeps
+    (and its own recorded cut keeps), the first to be the new store's root and the
+    others its parts; None when it cannot be: some source is not cuttable unopened
+    (``_cuttable``), filters by hash key (a Kinesis reshard), or shares ranges with
+    another (a Kinesis merge's parents)."""
+    if not restored or any(k.hash_keys is not None or not _cuttable(f, key_hash, cuttable)
+                           for _, f, k in restored):
+        return None
+    if len(restored) > 1 and not all(
+            _apart(k, [o for j, _, o in restored if j != i]) for i, _, k in restored):
+        return None
+    out = []
+    for j, (_, folder, keep) in enumerate(restored):
+        kept = keep.ranges()
+        before = pending_cut.pending(folder)
+        if before is not None:
+            kept = intersect(kept, before)
+        if kept or len(restored) == 1:
+            out.append((j, folder, kept))
+    return out or None
 
-    def record(folder: Path) -> None:
-        pending_cut.record(folder, kept)
+
+#: the files a composition records beside a store (never a source's to link)
+_RECORDS = frozenset({pending_cut.CUT_FILE, pending_cut.PARTS_FILE})
+
+
+def _link_and_record(links: Sequence[tuple[Path, Sequence[KeyRange]]], into: Path,
+                     snapshot: Path | None,
+                     staged: Callable[[Path], Path | None] | None,
+                     snapshot_done: Callable[[Path], None] | None = None
+                     ) -> Future[None] | None:
+    """The first source's files linked at ``into`` (and ``snapshot``) as a store keeping
+    its ranges only, once opened, and each other source's in a part folder inside it,
+    recorded as the part owning its ranges (``pending_cut``): a split child is one
+    source, a factor merge's task one per child. A copy of a source staged ahead is used
+    as it is (renamed into place). Each copy is built aside and renamed into place whole.
+    With ``snapshot_done``, the snapshot is left to a thread of its own, which calls it
+    once the snapshot is in place: the future returned says when (or why not)."""
+    folders = [f"{PART_PREFIX}{n}" for n in range(1, len(links))]
+    parts = [Part(name, tuple(kept)) for name, (_, kept) in zip(folders, links[1:],
+                                                                  strict=True)]
 
     def place(target: Path, staged: Callable[[Path], Path | None] | None = staged) -> None:
-        copy = None if staged is None else staged(source)
-        if copy is None:
-            clone(source, target, then=record)
-            return
-        record(copy)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        build = target.with_name(target.name + ".linking.partial")
+        shutil.rmtree(build, ignore_errors=True)
+        for (source, _), inside in zip(links, ["", *folders], strict=True):
+            at = build / inside if inside else build
+            copy = None if staged is None else staged(source)
+            if copy is None:
+                clone(source, at)
+            else:
+                at.parent.mkdir(parents=True, exist_ok=True)
+                copy.rename(at)
+            for record in _RECORDS:  # the source's own: superseded by this one's
+                (at / record).unlink(missing_ok=True)
+        pending_cut.record(build, links[0][1])
+        if parts:
+            pending_cut.record_parts(build, parts)
         shutil.rmtree(target, ignore_errors=True)
-        copy.rename(target)
+        build.rename(target)
 
     if snapshot is None:
         place(into)
@@ -284,7 +332,13 @@ def _link_and_record_cut(source: Path, kept: Sequence[KeyRange], into: Path,
     beside = threading.Thread(target=snapshot_copy, name="compose-link", daemon=True)
     beside.start()
     if snapshot_done is not None:
-        place(into)  # (a failure here leaves the snapshot an orphan: an older id)
+        try:
+            place(into)
+        except BaseException:
+            # its snapshot, whole (indexed) or not made at all, is an orphan: an
+            # older id than the next attempt's
+            beside.join()
+            raise
         return done
     try:
         place(into)

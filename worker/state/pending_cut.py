@@ -9,6 +9,13 @@ the child's first snapshot; ``TaskStore`` applies it (range deletions, no entry 
 the first time the store is opened, which the child's first batch does anyway, and
 removes it. A snapshot carrying the file is uploaded with it, so a restore elsewhere
 applies the same cut. RocksDB ignores a file it did not name.
+
+A merged task's store is composed the same way: its first child's snapshot linked as
+the root, cut, and each other child's linked in a folder of its own inside it, recorded
+in a second file (:func:`record_parts`) as the parts (``worker.state.parts``) owning the
+ranges it keeps; ``TaskStore`` makes them its parts when first opened. A store whose
+parts are still recorded here is not a store to cut unopened (its parts would be left
+out): ``compose`` opens it.
 """
 
 from __future__ import annotations
@@ -18,9 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from worker.state.keys import KeyRange, ranges_of_json, ranges_to_json
+from worker.state.parts import Part, PartMap
 
 #: the file, in a store's root folder (beside RocksDB's own)
 CUT_FILE = "COXSWAIN-PENDING-CUT"
+#: the parts recorded, in the root's folder
+PARTS_FILE = "COXSWAIN-PENDING-PARTS"
 
 
 def record(folder: Path, kept: Sequence[KeyRange]) -> None:
@@ -44,3 +54,28 @@ def applied(folder: Path) -> None:
     """The store applied its recorded cut (a crash before this applies it again, which
     deletes nothing more)."""
     (folder / CUT_FILE).unlink(missing_ok=True)
+
+
+def record_parts(folder: Path, parts: Sequence[Part]) -> None:
+    """Record that the folders of ``parts`` inside ``folder`` (each a bucket-ordered
+    store of one instance) are parts of the store at ``folder``, owning their ranges
+    (disjoint, and from which every other range is to be deleted in the part)."""
+    staging = folder / (PARTS_FILE + ".partial")
+    staging.write_bytes(PartMap(parts).to_json())
+    os.replace(staging, folder / PARTS_FILE)
+
+
+def pending_parts(folder: Path) -> list[Part] | None:
+    """The parts the store at ``folder`` records and has not made its own yet; None
+    when it records none."""
+    try:
+        raw = (folder / PARTS_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    return list(PartMap.of_json(raw).parts)
+
+
+def parts_applied(folder: Path) -> None:
+    """The store made its recorded parts its own (a crash before this makes them so
+    again: the same map, and range deletions that delete nothing more)."""
+    (folder / PARTS_FILE).unlink(missing_ok=True)

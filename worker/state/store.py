@@ -82,6 +82,7 @@ class TaskStore:
             self.layout, self._recorded = self._open_layout(key_hash)
             self._open_parts()
             self._apply_pending_cut()
+            self._apply_pending_parts()
         except BaseException:
             self.close()
             raise
@@ -101,6 +102,46 @@ class TaskStore:
                 f"({self.layout}) has no key ranges")
         self.cut(kept)
         pending_cut.applied(self.path)
+
+    def _apply_pending_parts(self) -> None:
+        """A merged store's parts, recorded beside its root's files
+        (``pending_cut.record_parts``; the root's own cut is applied first, so that the
+        root keeps none of the parts' ranges): opened, cut to their ranges by range
+        deletions, and named in the root's map. Applied again after a crash before the
+        record is removed: the same map, and deletions that delete nothing more."""
+        recorded = pending_cut.pending_parts(self.path)
+        if recorded is None:
+            return
+        if not self.bucket_ordered:
+            raise StateLayoutMismatch(
+                f"the state at {self.path} records parts by key range, but its layout "
+                f"({self.layout}) has no key ranges")
+        have = {p.folder for p in self._map.parts}
+        added: list[tuple[Part, Rdict]] = []
+        try:
+            for part in recorded:
+                if part.folder in have:
+                    continue
+                db = self._open(self.path / part.folder)
+                added.append((part, db))
+                meta = db.get(META_KEY)
+                if meta is None or layout_of_meta(bytes(meta)) != self.layout or \
+                        db.get(PARTS_KEY) is not None:
+                    raise StateLayoutMismatch(
+                        f"part {part.folder} of the state at {self.path} is not a store "
+                        f"of one instance laid out like its root ({self.layout})")
+        except BaseException:
+            for _, db in added:
+                close_instance(db)
+            raise
+        if added:
+            self._set_parts([*zip(self._map.parts, self._part_dbs, strict=True), *added])
+        named = {p.folder for p in recorded}
+        for i, part in enumerate(self._map.parts):
+            if part.folder in named:
+                self._drop_ranges(i, complement(list(part.ranges)))
+                pending_cut.applied(self.path / part.folder)
+        pending_cut.parts_applied(self.path)
 
     def _open_layout(self, key_hash: KeyHash | None) -> tuple[Layout, bool]:
         """(the layout, whether the store records it)."""
@@ -286,8 +327,9 @@ class TaskStore:
         (a legacy one, another key hash): its entries must then be copied."""
         if self._pending:
             raise RuntimeError("commit or discard the batch before adopting a store")
-        if not self.bucket_ordered or not kept:
-            return False
+        if not self.bucket_ordered or not kept or \
+                pending_cut.pending_parts(source) is not None:
+            return False  # (one with parts still recorded is opened to be copied)
         taken = {p.folder for p in self._map.parts}
         home = self.path / free_folder(taken)
         clone(source, home, nested=False)
