@@ -20,6 +20,7 @@ from worker.cuts import (
     pieces_for,
     processed_records,
 )
+from worker.runtime.bucket_counts import TaskRows
 from worker.runtime.contexts import TaskContext
 from worker.runtime.task_api import _partition_runner
 
@@ -80,6 +81,41 @@ def test_a_cut_stops_the_task_in_work_before_its_next_piece_and_the_next_tasks(
                      ("B", list(range(32)))]
     assert sum(len(o) for o in out) == 50 + 50 + 32
     assert reports.value == {(7, "B", "orders", 1): 32, (7, "C", "orders", 2): 5}
+
+
+class Rows:
+    """The key-bucket counts' accumulator (``TaskRows``) in an executor: ``add``."""
+
+    def __init__(self) -> None:
+        self.value: dict[str, int] = {}
+
+    def add(self, update: dict[str, int]) -> None:
+        self.value = TaskRows().addInPlace(self.value, update)
+
+
+def test_a_cut_batch_counts_the_rows_its_tasks_ran_not_those_left_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """The key-bucket counts take the rows each task processed: the rows a cut leaves
+    are read again by the next batch and counted then (counted in both, a bucket whose
+    task was cut would look hot: the loaded suite's false hot bucket)."""
+    cut = CutPlan(str(tmp_path), 7, 2, Collected())
+    rows = Rows()
+    calls = 0
+
+    def fn(ctx: TaskContext, rows: pd.DataFrame) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # cut while B's first piece runs
+            signal_path(tmp_path, 7).touch()
+
+    batch = pd.concat([rows_of("A", 0, list(range(100))), rows_of("B", 1, list(range(60))),
+                       rows_of("C", 2, [5, 9])])
+    list(_partition_runner(fn, "w1", 3, cut=cut, rows_counted=rows)(iter([batch])))
+    assert rows.value == {"A": 100, "B": 32}
+    uncut = Rows()
+    list(_partition_runner(fn, "w1", 3, rows_counted=uncut)(iter([batch])))
+    assert uncut.value == {"A": 100, "B": 60, "C": 2}
 
 
 def test_a_batch_cut_before_it_starts_still_runs_one_piece(tmp_path: Path) -> None:

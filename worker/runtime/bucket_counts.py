@@ -4,10 +4,11 @@ worker runs, reported in its heartbeats (``keyBucketCounts``), judged by the lea
 its partition). Only while the factor is above 1 (under factor 1 a partition is one
 bucket). The counts add up while the factor stays; a new factor starts them afresh.
 
-* ``process_task`` workers count every batch as its tasks run: each Spark task adds its
-  tasks' row counts to an accumulator (:class:`TaskRows`), so counting costs no Spark job
-  and no second read. A worker knows the buckets it owns only: the others are reported
-  as unknown (``null``) and the leader merges the workers' reports.
+* ``process_task`` workers count every batch as its tasks run: each Spark task adds the
+  rows its tasks ran to an accumulator (:class:`TaskRows`), so counting costs no Spark job
+  and no second read (rows a cut batch left are counted by the batch that runs them). A
+  worker knows the buckets it owns only: the others are reported as unknown (``null``)
+  and the leader merges the workers' reports.
 * ``process_batch`` workers hand the batch to the user's code: one batch per interval is
   counted by one small Spark aggregation over its rows (:func:`count_buckets`). A worker
   reads whole partitions and filters them to its own buckets in the JVM, so that batch

@@ -149,12 +149,18 @@ def _partition_runner(fn: ProcessTask, processor_id: str, version: int,
             ["partition", order], kind="stable",
             key=lambda c: c.str.zfill(128) if c.name == "sequenceNumber" else c))
             for name, unordered in rows.groupby("taskName", sort=True)]
+        if cut is not None:
+            processed: dict[str, int] = {}
+            yield from _pieces(fn, processor_id, version, state_dir, checkpoint_id, cut,
+                               tasks, executor_state, key_hash, processed)
+            if rows_counted is not None:
+                # the rows each task ran: a batch cut short leaves the rest to the next
+                # batch, which reads them again (counted here too, they would count
+                # twice in their bucket: a false hot bucket under load)
+                rows_counted.add(processed)
+            return
         if rows_counted is not None:  # the key-bucket counts: no Spark job of their own
             rows_counted.add({name: len(these) for name, these in tasks})
-        if cut is not None:
-            yield from _pieces(fn, processor_id, version, state_dir, checkpoint_id, cut,
-                               tasks, executor_state, key_hash)
-            return
         for name, task_rows in tasks:
             def call(store: Callable[[], TaskStore], name: str = name,
                      these: pd.DataFrame = task_rows) -> pd.DataFrame | None:
@@ -173,11 +179,12 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
             checkpoint_id: str | None, cut: CutPlan,
             tasks: list[tuple[str, pd.DataFrame]],
             executor_state: ExecutorStatePlan | None = None,
-            key_hash: KeyHash | None = None) -> Iterator[pd.DataFrame]:
+            key_hash: KeyHash | None = None,
+            processed: dict[str, int] | None = None) -> Iterator[pd.DataFrame]:
     """Each task's rows a piece at a time, until the batch is cut (``worker.cuts``): the
     task in work stops before its next piece, the tasks after it do not start, and each
     reports the first offset it left. One piece always runs, so a batch cut as it
-    starts still moves on."""
+    starts still moves on. ``processed``: the rows each task ran, added to."""
     cut.begin(name for name, _ in tasks)
     worked = False
     stopped = False
@@ -194,6 +201,8 @@ def _pieces(fn: ProcessTask, processor_id: str, version: int, state_dir: str | N
                     break
                 out = fn(ctx, task_rows.iloc[start:end].reset_index(drop=True))
                 worked = True
+                if processed is not None:
+                    processed[name] = processed.get(name, 0) + end - start
                 if out is not None and len(out):
                     yield _encoded(out)
 
