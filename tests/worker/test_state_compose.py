@@ -339,6 +339,19 @@ def _of_bucket(bucket: int, keys: Sequence[bytes | None]) -> list[bytes | None]:
         k is not None and key_bucket(k, 0, 2, KeyHash.XXHASH64) == bucket)]
 
 
+def _split_and_run(state_dir: Path, url: str, keys: Sequence[bytes | None], offset: int
+                   ) -> tuple[TaskStates, dict[int, dict[str, Any]]]:
+    """P counts every key once and splits into C0 and C1, which count their buckets'
+    ``keys`` once more: the children's checkpoints, by bucket."""
+    a = TaskStates(StateConfig(state_dir, url, None))
+    a.restore({"P": {"stateSources": []}})
+    parent = run_batch(a, "P", "1000-1", [*KEYS, None], 300, 0)
+    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
+        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
+    return a, {c: run_batch(a, f"C{c}", f"1001-{c}", _of_bucket(c, keys), offset, c)
+               for c in (0, 1)}
+
+
 def test_a_merged_task_is_its_childrens_files_with_the_parts_recorded_and_applied_at_open(
         tmp_path: Path) -> None:
     """A factor merge's task is composed without opening a store: its first child's files
@@ -350,13 +363,7 @@ def test_a_merged_task_is_its_childrens_files_with_the_parts_recorded_and_applie
     anything (a store whose parts are still recorded is opened to be cut, never linked
     without its parts)."""
     url = f"file://{tmp_path / 'blobs'}"
-    a = TaskStates(StateConfig(tmp_path / "a", url, None))
-    a.restore({"P": {"stateSources": []}})
-    parent = run_batch(a, "P", "1000-1", [*KEYS, None], 300, 0)
-    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
-        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
-    held = {c: run_batch(a, f"C{c}", f"1001-{c}", _of_bucket(c, [*KEYS[:40], None]), 340, c)
-            for c in (0, 1)}
+    a, held = _split_and_run(tmp_path / "a", url, [*KEYS[:40], None], 340)
     everything = {**counts(a, "C0"), **counts(a, "C1")}
     assert everything[KEYS[0]] == 2 and everything[None] == 2
     a.restore({"M": {"inputOffsets": offsets(-1, 340), "stateSources": [
@@ -402,14 +409,7 @@ def test_recorded_parts_made_again_after_a_crash_change_nothing(tmp_path: Path) 
     """A crash between a store's making its recorded parts its own and forgetting the
     record leaves the record: the next open makes the same parts again (their ranges
     deleted again, nothing more), and the counts stay."""
-    url = f"file://{tmp_path / 'blobs'}"
-    a = TaskStates(StateConfig(tmp_path / "a", url, None))
-    a.restore({"P": {"stateSources": []}})
-    parent = run_batch(a, "P", "1000-1", [*KEYS, None], 300, 0)
-    a.restore({f"C{c}": {"inputOffsets": offsets(c, 300), "stateSources": [
-        source(parent, 2, [c], c == 0, KeyHash.XXHASH64)]} for c in (0, 1)})
-    held = {c: run_batch(a, f"C{c}", f"1001-{c}", _of_bucket(c, KEYS[:10]), 310, c)
-            for c in (0, 1)}
+    a, held = _split_and_run(tmp_path / "a", f"file://{tmp_path / 'blobs'}", KEYS[:10], 310)
     a.restore({"M": {"inputOffsets": offsets(-1, 310), "stateSources": [
         source(held[c], 2, [c], c == 0, KeyHash.XXHASH64) for c in (0, 1)]}})
     live = task_dir(a.state_dir, "M") / "live"

@@ -33,21 +33,30 @@ CUT_FILE = "COXSWAIN-PENDING-CUT"
 PARTS_FILE = "COXSWAIN-PENDING-PARTS"
 
 
+def _write(folder: Path, name: str, raw: bytes) -> None:
+    """``raw`` as the file ``name`` in ``folder``, whole or not at all."""
+    staging = folder / (name + ".partial")
+    staging.write_bytes(raw)
+    os.replace(staging, folder / name)
+
+
+def _read(folder: Path, name: str) -> bytes | None:
+    try:
+        return (folder / name).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 def record(folder: Path, kept: Sequence[KeyRange]) -> None:
     """Record that the store at ``folder`` keeps only ``kept`` (sorted, disjoint)."""
-    staging = folder / (CUT_FILE + ".partial")
-    staging.write_bytes(ranges_to_json(list(kept)))
-    os.replace(staging, folder / CUT_FILE)
+    _write(folder, CUT_FILE, ranges_to_json(list(kept)))
 
 
 def pending(folder: Path) -> list[KeyRange] | None:
     """The ranges the store at ``folder`` keeps once its recorded cut is applied; None
     when it has none."""
-    try:
-        raw = (folder / CUT_FILE).read_bytes()
-    except FileNotFoundError:
-        return None
-    return ranges_of_json(raw)[0]
+    raw = _read(folder, CUT_FILE)
+    return None if raw is None else ranges_of_json(raw)[0]
 
 
 def applied(folder: Path) -> None:
@@ -60,19 +69,14 @@ def record_parts(folder: Path, parts: Sequence[Part]) -> None:
     """Record that the folders of ``parts`` inside ``folder`` (each a bucket-ordered
     store of one instance) are parts of the store at ``folder``, owning their ranges
     (disjoint, and from which every other range is to be deleted in the part)."""
-    staging = folder / (PARTS_FILE + ".partial")
-    staging.write_bytes(PartMap(parts).to_json())
-    os.replace(staging, folder / PARTS_FILE)
+    _write(folder, PARTS_FILE, PartMap(parts).to_json())
 
 
 def pending_parts(folder: Path) -> list[Part] | None:
     """The parts the store at ``folder`` records and has not made its own yet; None
     when it records none."""
-    try:
-        raw = (folder / PARTS_FILE).read_bytes()
-    except FileNotFoundError:
-        return None
-    return list(PartMap.of_json(raw).parts)
+    raw = _read(folder, PARTS_FILE)
+    return None if raw is None else list(PartMap.of_json(raw).parts)
 
 
 def parts_applied(folder: Path) -> None:
