@@ -131,9 +131,9 @@ def split_parents(reads: Mapping[str, AbstractSet[tuple[str, int]]], lost: Abstr
         children = sum(1 for r in gained if r == mine)
         if children > siblings:
             out[parent] = children // siblings
-        elif children:
-            out[parent] = 1 if children < siblings else 0
-    return {task: copies for task, copies in out.items() if copies}
+        elif 0 < children < siblings:
+            out[parent] = 1
+    return out
 
 
 def active_tasks(model: dict[str, Any], processor_id: str) -> dict[str, Any]:
