@@ -32,4 +32,11 @@ def settle() -> None:
     gc.freeze()
 
 
-__all__ = ["settle"]
+def keep_unfrozen() -> None:
+    """This process's objects are never frozen: the driver's, which runs small batches
+    itself (``worker.runtime.driver_batches``) but lives long and keeps making and
+    dropping objects of its own; a frozen cycle would never be collected."""
+    _Settled.done = True
+
+
+__all__ = ["keep_unfrozen", "settle"]

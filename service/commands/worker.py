@@ -26,6 +26,7 @@ from service.commands.options import (
     client_tls,
     kafka_settings,
 )
+from worker.runtime.driver_batches import MOST_RECORDS  # (pure: no PySpark needed)
 
 if TYPE_CHECKING:
     from common.kafka_clients import KafkaClientSettings
@@ -186,6 +187,8 @@ def run_worker(args: argparse.Namespace) -> None:
                          "--query-restart-window-s positive")
     if args.trigger_interval_ms < 1:
         raise SystemExit("coxswain: --trigger-interval-ms must be at least 1")
+    if args.driver_batch_records < 0:
+        raise SystemExit("coxswain: --driver-batch-records must be 0 (off) or more")
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         raise SystemExit("coxswain: --max-offsets-per-trigger must be at least 1")
     state = None
@@ -254,6 +257,7 @@ def run_worker(args: argparse.Namespace) -> None:
         target_batch_s=target_batch_s,
         max_commit_delay_s=args.max_commit_delay_ms / 1000, api=args.api,
         trigger_interval_s=args.trigger_interval_ms / 1000,
+        driver_batch_records=args.driver_batch_records,
         output_topic=args.output_topic, state=state,
         kinesis_endpoint=args.kinesis_endpoint,
         kinesis_region=args.kinesis_region or os.environ.get("AWS_REGION"),
@@ -442,6 +446,11 @@ def add_worker_command(sub: Any, defaults: type[argparse.HelpFormatter]) -> None
                         "less (Spark's processing-time trigger): a record waits for the "
                         "next trigger, half of this on average; each idle trigger asks "
                         "the brokers for the partitions' ends once")
+    w.add_argument("--driver-batch-records", type=int, default=MOST_RECORDS,
+                   help="--api task on Kafka, local master: a batch of at most this many "
+                        "records that the driver estimates at 50 ms or less runs in the "
+                        "driver itself, without a Spark job (one running Python costs "
+                        "~100 ms on a small host); 0: every batch runs in Spark")
     w.add_argument("--max-commit-delay-ms", type=int, default=60_000,
                    help="longest a batch's checkpoint commit may lag behind it")
     w.add_argument("--bucket-sample-interval-ms", type=int, default=30_000,

@@ -377,12 +377,17 @@ def test_dev_up_kinesis_serves_a_stream_its_producer_fills(tmp_path: Path) -> No
     _assert_closed(zk_port, kafka_port, kinesis_port)
 
 
-def test_a_trigger_interval_under_a_millisecond_is_refused() -> None:
+@pytest.mark.parametrize(("option", "value", "reason"), [
+    ("--trigger-interval-ms", "0", "--trigger-interval-ms must be at least 1"),
+    ("--driver-batch-records", "-1", "--driver-batch-records must be 0 (off) or more"),
+])
+def test_a_trigger_interval_under_a_millisecond_or_a_negative_driver_batch_is_refused(
+        option: str, value: str, reason: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "service.cli", "worker", "--coordinator",
          "http://127.0.0.1:9", "--app", "tests.worker.apps:echo_task", "--api", "task",
-         "--trigger-interval-ms", "0"],
+         option, value],
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1, result.stderr
-    assert "--trigger-interval-ms must be at least 1" in result.stderr
+    assert reason in result.stderr
     assert "Traceback" not in result.stderr

@@ -182,7 +182,7 @@ def test_the_first_batch_running_gained_tasks_reads_half_the_steered_limit() -> 
         assert issued == [400]
         runner.add(QueryPlan(5, 2, (SspStart("Partition 0_0_2", "orders", 0, 0, 100),), ()))
         assert issued == [400, 200]  # (between batches: applied at once)
-        runner._resize(200, started=10.0, ended=10.5)  # the batch with the gained tasks
+        runner._steering.after(200, started=10.0, ended=10.5)  # the batch with the gained tasks
         assert issued == [400, 200, 400]
     finally:
         runner.committer.close(0.1)
@@ -210,14 +210,14 @@ def test_a_batch_cut_short_does_not_steer_the_batch_size() -> None:
     issued: list[int | None] = []
     runner = steered_runner(start(1.0, None), issued)
     try:
-        runner._resize(1000, started=0.0, ended=1.0)
-        runner._resize(1000, started=1.0, ended=2.0)  # (the first is Spark warming up)
-        runner._resize(1000, started=2.0, ended=3.0)  # a full batch took the target
-        runner._resize(0, started=3.0, ended=3.1)  # cut short after 0.1 s
+        runner._steering.after(1000, started=0.0, ended=1.0)
+        runner._steering.after(1000, started=1.0, ended=2.0)  # (the first is Spark warming up)
+        runner._steering.after(1000, started=2.0, ended=3.0)  # a full batch took the target
+        runner._steering.after(0, started=3.0, ended=3.1)  # cut short after 0.1 s
         assert issued == [1000]  # the cut batch moved nothing
-        runner._resize(1000, started=3.1, ended=4.1)  # (a full one at the target neither)
+        runner._steering.after(1000, started=3.1, ended=4.1)  # (a full one at the target neither)
         assert issued == [1000]
-        runner._resize(1000, started=4.1, ended=4.6)  # a full one twice as fast does
+        runner._steering.after(1000, started=4.1, ended=4.6)  # a full one twice as fast does
         assert (issued[-1] or 0) > 1000
     finally:
         runner.committer.close(0.1)
@@ -239,10 +239,10 @@ def test_a_full_batch_steers_the_very_next_one() -> None:
     issued: list[int | None] = []
     runner = steered_runner(start(8.0, None), issued)
     try:
-        runner._resize(61, started=0.0, ended=2.0)  # (the first is Spark warming up)
-        runner._resize(1000, started=2.1, ended=2.6)  # full, Spark's part 0.1 s before it
+        runner._steering.after(61, started=0.0, ended=2.0)  # (the first is Spark warming up)
+        runner._steering.after(1000, started=2.1, ended=2.6)  # full, Spark's part 0.1 s before it
         assert issued == [1000, 8000]  # straight toward 8 s, by at most 8x a step
-        runner._resize(8000, started=2.7, ended=3.5)
+        runner._steering.after(8000, started=2.7, ended=3.5)
         assert issued[-1] == 64000
     finally:
         runner.committer.close(0.1)

@@ -40,7 +40,12 @@ from tests.worker.test_end_to_end import (
 )
 from tests.worker.test_kinesis_end_to_end import Producing as KinesisProducing
 from tests.worker.test_kinesis_end_to_end import split
-from tests.worker.test_stateful_end_to_end import settled, split_reads_job, stateful_worker
+from tests.worker.test_stateful_end_to_end import (
+    settled,
+    split_reads_job,
+    stateful_worker,
+    trickle_in_the_driver,
+)
 
 # beside: run in a second pytest process beside the rest of the run (tests/infra/beside.py)
 pytestmark = [pytest.mark.slow, pytest.mark.beside]
@@ -213,6 +218,20 @@ def test_a_batch_that_splits_its_reads_among_its_tasks_commits_each_record_once(
         stop_workers([w0])
     log = (tmp_path / "w0.log").read_text()
     assert re.search(r"batch \d+: \d+ ranges read by 4 Spark tasks", log), log[-3000:]
+    check_exactly_once(read_committed(kafka, output), producing)
+
+
+def test_small_batches_the_driver_runs_commit_their_output_in_transactions_once(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    """A trickle run in the driver (``worker.runtime.driver_batches``) hands its output to
+    the batch's transaction as a Spark batch does: with a kill -9 between, a
+    read_committed reader finds every (key, seq) once, in order, count == seq + 1."""
+    output, producing = trickle_in_the_driver(
+        start_server, kafka, tmp_path,
+        lambda topic, total, worker: wait_committed(kafka, topic, total, {"w0": worker},
+                                                    tmp_path),
+        "--exactly-once")
     check_exactly_once(read_committed(kafka, output), producing)
 
 

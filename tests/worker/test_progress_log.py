@@ -20,6 +20,26 @@ class Clock:
         return self.now
 
 
+def test_batches_the_driver_ran_are_counted_in_their_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    progress = ProgressLog(interval_s=10, clock=clock)
+    with caplog.at_level(logging.DEBUG, logger="coxswain.worker"):
+        progress.batch(0, 1, 1, 2, 0.01, None, False, in_driver=True)
+        for i in range(1, 5):
+            clock.now += 1
+            progress.batch(i, 50 if i == 4 else 1, 1, 2, 0.01, None, False,
+                           in_driver=i != 4)
+        clock.now += 10
+        progress.batch(5, 1, 1, 2, 0.01, None, False, in_driver=True)
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert info[0] == "batch 0: 1 records for 1 of 2 tasks in 0.01s in the driver"
+    assert info[1] == ("batches 1-5: 54 records for up to 1 of 2 tasks in 5 batches of "
+                       "0.01s on average (4 in the driver)")
+    assert debug[4] == "batch 4: 50 records for 1 of 2 tasks in 0.01s"
+
+
 def test_batches_are_summed_up_per_interval(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     progress = ProgressLog(interval_s=10, lag=lambda: 42, clock=clock)

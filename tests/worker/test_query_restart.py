@@ -138,9 +138,12 @@ def test_python_workers_killed_mid_batch_restart_the_query_with_counts_exact(
     check_counts(kafka, output, producing)
 
 
+@pytest.mark.parametrize("where", ["driver", "spark"])
 def test_a_failure_in_the_apps_code_ends_the_worker_with_its_traceback_first(
-    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path, where: str,
 ) -> None:
+    """... whether the batch ran in the driver (a first batch of 10 records:
+    ``worker.runtime.driver_batches``) or in a Spark task."""
     topic, output = new_topics(kafka, 1)
     producing = Producing(kafka, topic)
     producing.send(10)
@@ -149,7 +152,8 @@ def test_a_failure_in_the_apps_code_ends_the_worker_with_its_traceback_first(
         [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
          "--app", "tests.worker.apps:failing_task", "--api", "task", "--output-topic",
          output, "--kafka-bootstrap", kafka.bootstrap, "--processor-id", "w1",
-         "--spark-master", "local[1]"],
+         "--spark-master", "local[1]",
+         *(["--driver-batch-records", "0"] if where == "spark" else [])],
         capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 1, result.stderr[-3000:]
     message = result.stderr[result.stderr.index("coxswain worker: the query died"):]
@@ -158,6 +162,7 @@ def test_a_failure_in_the_apps_code_ends_the_worker_with_its_traceback_first(
     assert lines[1] == "Traceback (most recent call last):", message[:2000]
     assert lines[-1] == "ValueError: an order without an amount", message[:2000]
     assert "tests/worker/apps.py" in message
+    assert ("in run_in_driver" in message) == (where == "driver"), message[:3000]
     assert "the query died, not in the app's code" not in result.stderr  # no restart
 
 

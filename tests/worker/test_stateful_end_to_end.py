@@ -140,6 +140,66 @@ def test_counts_stay_exact_when_a_batch_splits_its_reads_among_the_tasks(
     check_counts(kafka, output, producing)
 
 
+def trickle_in_the_driver(start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+                          wait: Callable[[str, int, Any], object], *extra: str
+                          ) -> tuple[str, Producing]:
+    """(output topic, its producing) of a stateful job (factor 2 over 2 partitions) whose
+    backlogs run in Spark and whose trickle (a record at a time) runs in the driver
+    (``worker.runtime.driver_batches``), with a kill -9 after driver batches: the
+    worker's tasks restore the snapshots those took. ``wait(output, total, worker)``
+    waits for the output; ``extra``: the worker's further options. Checks that at least
+    8 batches ran in the driver and some in Spark."""
+    topic, output = new_topics(kafka, 2)
+    producing = Producing(kafka, topic)
+    producing.send(400)
+    server = coordinator_for(start_server, kafka, topic, "--elasticity-factor", "2",
+                             "--stateful", "--lease-ttl-ms", "600000",
+                             "--poll-close-grace-ms", "0")
+    blobs = f"file://{tmp_path / 'blobs'}"
+
+    def worker() -> Any:
+        return stateful_worker(tmp_path, server, kafka, output, "w0", blobs, *extra,
+                               "--log-level", "INFO,coxswain.worker.batches=DEBUG")
+
+    def trickle(n: int) -> None:
+        for _ in range(n):
+            producing.send(1)
+            time.sleep(0.4)  # (longer than a trigger: a batch each)
+
+    w0 = worker()
+    try:
+        wait(output, producing.total, w0)
+        trickle(10)
+        wait(output, producing.total, w0)
+        with server.client() as c:
+            deadline = time.monotonic() + 60
+            while not any((p.get("stats") or {}).get("batchesInDriver")
+                          for p in c.get("/status").json()["processors"]):
+                assert time.monotonic() < deadline, "no batch ran in the driver"
+                time.sleep(0.5)
+        crash(w0)
+        w0 = worker()  # its tasks back from the snapshots the driver's batches took
+        trickle(6)
+        producing.send(400)
+        wait(output, producing.total, w0)
+    finally:
+        stop_workers([w0])
+    log = (tmp_path / "w0.log").read_text()
+    in_driver = len(re.findall(r"batch \d+: \d+ records, run in the driver", log))
+    run = len(re.findall(r"batch \d+ v\d+ cid \S+ read", log))  # every batch, either path
+    assert in_driver >= 8 and run > in_driver, (in_driver, run)
+    return output, producing
+
+
+def test_small_batches_run_in_the_driver_on_the_same_state_and_survive_a_crash(
+    start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
+) -> None:
+    output, producing = trickle_in_the_driver(
+        start_server, kafka, tmp_path,
+        lambda topic, total, _worker: wait_output(kafka, topic, total))
+    check_counts(kafka, output, producing)
+
+
 def test_counts_survive_crashes_and_restore_from_local_files_or_the_blob_store(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path,
 ) -> None:

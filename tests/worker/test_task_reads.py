@@ -27,7 +27,7 @@ from service.local.orders import create_topics
 from worker.plan import EARLIEST, LATEST, QueryPlan, Skip, SspStart
 from worker.runtime import TaskContext, spark_session
 from worker.runtime.contexts import COLUMNS, BatchContext
-from worker.runtime.task_api import run_tasks
+from worker.runtime.task_api import run_in_driver, run_tasks
 from worker.runtime.task_reads import Routes, TaskReads, _frame, split_reads
 from worker.sources.kafka import KafkaRange, _batch, ranges_of, reads_of
 
@@ -170,9 +170,12 @@ def test_split_reads_give_extra_readers_to_the_most_records_per_reader() -> None
                           frozenset({"P0 b2"}))
 
 
+@pytest.mark.parametrize("in_driver", [False, True], ids=["spark", "driver"])
 @pytest.mark.parametrize("split", [False, True], ids=["as-planned", "split"])
 def test_runners_read_real_ranges_each_record_once_to_its_task_in_order(
-        spark: SparkSession, kafka: LocalKafka, split: bool) -> None:
+        spark: SparkSession, kafka: LocalKafka, split: bool, in_driver: bool) -> None:
+    """... in Spark tasks, and in the driver, which runs a small batch itself
+    (``task_api.run_in_driver``) exactly as they would."""
     topic = f"reads-{uuid.uuid4().hex[:8]}"
     create_topics(kafka.client_settings(), [(topic, 2)])
     producer = Producer(kafka.client_settings().client({"acks": "all", "log_level": 2}))
@@ -202,9 +205,11 @@ def test_runners_read_real_ranges_each_record_once_to_its_task_in_order(
         reads = TaskReads(tuple(reads_of(offsets)), kafka.client_settings(),
                           Routes.of(plan), zone)
         assert len(reads.groups) == 2
-    ctx = BatchContext("w0", 3, 0, spark, ("a", "b", "c"), tasks_placed=True, reads=reads)
+    ctx = BatchContext("w0", 3, 0, spark, ("a", "b", "c"), tasks_placed=True, reads=reads,
+                       in_driver=in_driver)
     # (the DataFrame handed over is not read: the runners read the ranges)
-    out = run_tasks(spark.range(0), _seen, ctx).collect()
+    out = [row for frame in run_in_driver(_seen, ctx) for row in frame.to_dict("records")] \
+        if in_driver else run_tasks(spark.range(0), _seen, ctx).collect()
     got: dict[tuple[int, int], tuple[str, int, int]] = {}
     per_task: dict[str, list[int]] = {}
     for row in out:

@@ -23,13 +23,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
 from common.kafka_clients import KafkaClientSettings
-from worker.batch_size import BatchSize, after_batch, after_time_cut
+from worker.batch_size import BatchSize
 from worker.busy import BusyMeter
 from worker.client import CoordinatorClient, Fenced, LeaseLost
 from worker.cluster.placement import SLOT, Placement, slot_sql
 from worker.commits import AsyncCommitter
 from worker.cut_signals import CutSignals, Left
-from worker.cuts import CutPlan, CutReports, of_batch, pieces_for, processed_records
+from worker.cuts import processed_records
 from worker.output.commit import TransactionalCommit
 from worker.output.transactions import TransactionalOutput
 from worker.plan import EARLIEST, LATEST, QueryPlan
@@ -49,10 +49,13 @@ from worker.running import (
     rewound,
 )
 from worker.runtime.backlog import latest_offsets, task_backlog
+from worker.runtime.batch_cuts import BatchCuts
 from worker.runtime.boundary import BatchBoundary
 from worker.runtime.bucket_counts import BucketCounts, TaskRows, count_buckets, owned_counts
 from worker.runtime.contexts import COLUMNS, KINESIS_COLUMNS, BatchContext, ProcessBatch
+from worker.runtime.driver_batches import DriverBatches
 from worker.runtime.progress import ProgressLog
+from worker.runtime.steering import BatchSteering
 from worker.runtime.task_api import placed_by_reads
 from worker.runtime.task_reads import Routes, TaskReads, split_reads
 from worker.sources.jvm_kafka import Planned, planned_ranges
@@ -67,15 +70,6 @@ log = logging.getLogger("coxswain.worker")
 # DEBUG``; the chaos runs keep it)
 trace = logging.getLogger("coxswain.worker.batches")
 
-#: the first batch running gained tasks reads at most this share of the steered limit
-#: (Kafka), and at most :data:`FIRST_BATCH_S` of it: their first output comes at its end
-FIRST_BATCH_SHARE = 0.5
-FIRST_BATCH_S = 0.5
-
-#: a gap between two batches up to this long (or the trigger's interval, when longer)
-#: is Spark's part of a batch (its logs, the source's planning), a longer one the query
-#: idling (measured: 80-150 ms on a quiet host, seconds under load)
-IDLE_GAP_S = 0.5
 
 #: (topic, partition) -> a number per partition of a batch (its end, or the source
 #: generation it read at)
@@ -96,7 +90,8 @@ class BatchRunner:
                  read_ranges: Callable[[Planned], DataFrame] | None = None,
                  placement: Placement | None = None,
                  bucket_counts: BucketCounts | None = None,
-                 task_reads: KafkaClientSettings | None = None) -> None:
+                 task_reads: KafkaClientSettings | None = None,
+                 driver_batches: DriverBatches | None = None) -> None:
         self._spark = spark
         self._buckets = bucket_counts  # how partitions spread over buckets, counted
         self._rows_counted: Any = None  # the accumulator of rows per task (made at first)
@@ -106,8 +101,6 @@ class BatchRunner:
         self._over = lease_over  # set when a commit is fenced or finds the lease lost
         self._max_delay_s = max_commit_delay_s
         self._trigger_s = trigger_interval_s
-        # a longer gap between two batches is the query idling, not Spark's part of it
-        self._idle_gap_s = max(trigger_interval_s, IDLE_GAP_S)
         self._pid = processor_id
         self.running: Running = nothing()
         # the source reads what the running tasks are after each change
@@ -123,31 +116,15 @@ class BatchRunner:
         self._progress = ProgressLog(lag=lambda: self._behind)
         self.stats: dict[str, Any] = {}
         self.batches = 0
-        # Kafka: the batch size steered toward a target duration (``worker.batch_size``),
-        # handed to the source; a batch's ranges from the query's offset log
-        self._size = size
+        # Kafka: the batch size steered toward a target duration, handed to the source
+        # (``worker.runtime.steering``); a batch's ranges from the query's offset log
+        self._steering = BatchSteering(size, set_limit, trigger_interval_s)
         self._batch_offsets = batch_offsets
-        self._set_limit = set_limit
-        # when the last batch ended, and Spark's part of a trigger last measured
-        self._last_end: float | None = None
-        self._spark_s = 0.0
-        self._warm = False  # the query's first batch (Spark warming up) is not measured
-        self._issued: int | None = None  # the limit the source reads under
-        if size is not None:
-            self._issue(size.limit)
-        # a change of the running tasks cuts the Kafka batch in flight short
-        # (``worker.cuts``): the signals, the batch to cut, the reports
-        self._signals = cut_signals
-        self._cuttable: int | None = None
-        # the batches cut for a change, and for running long (``BatchSize.cut_after_s``):
-        # only the latter measure what fits in a batch
-        self._cut_for_change: int | None = None
-        self._cut_for_time: int | None = None
-        self._cut_lock = threading.Lock()
-        self._reports: Any = None  # the accumulator, made with the first cuttable batch
+        # a change of the running tasks, or running long, cuts the Kafka batch in flight
+        # short (``worker.runtime.batch_cuts``)
+        self._cuts = BatchCuts(spark, cut_signals)
         self._planned_under: int | None = None  # the batch in flight's source plan version
         self._ranges_read: dict[str, Any] = {}  # the batch in flight's ranges (tracing)
-        self.cuts = 0  # batches cut short so far
         # ``--kafka-reader jvm``: a batch's planned ranges read by Spark's Kafka connector
         # instead of the source's own rows (``worker.sources.jvm_kafka``)
         self._read_ranges = read_ranges
@@ -160,6 +137,11 @@ class BatchRunner:
         self._cores: int | None = None  # the Spark session's default parallelism
         self._time_zone: str | None = None  # the session's (read once)
         self._planned_readers = 1  # the batch in flight's Spark tasks reading it
+        # small batches whose runners read them run in the driver, without a Spark job
+        # (``worker.runtime.driver_batches``; None: never)
+        self._driver = driver_batches
+        self._ran_in_driver = False  # the batch in flight
+        self.in_driver = 0  # batches run in the driver so far
 
     # -- the running tasks (each change applied at the batch boundary)
 
@@ -173,7 +155,7 @@ class BatchRunner:
             self._done = {k: v for k, v in self._done.items() if k[0] not in gone}
             return self.running
 
-        found: Running = self.boundary.change(change, queued=self._cut)
+        found: Running = self.boundary.change(change, queued=self._cuts.cut)
         return found
 
     def add(self, new: QueryPlan) -> Running:
@@ -182,42 +164,12 @@ class BatchRunner:
 
         def change() -> Running:
             self.running = add(self.running, new, self.read, self._done)
-            if self._size is not None and _resumes(new):
-                # the gained tasks' first output comes at the end of the first batch
-                # that runs them: half a batch gets it there sooner (the next one is
-                # steered as before). Tasks that start without a checkpoint (a new job:
-                # nobody wrote their output before) read their backlog whole instead,
-                # as plain Spark's first batch does
-                share = min(FIRST_BATCH_SHARE, FIRST_BATCH_S / self._size.steering_s)
-                self._issue(max(1, int(self._size.limit * share)))
+            if _resumes(new):  # their first output soon: a short first batch
+                self._steering.resumed()
             return self.running
 
-        found: Running = self.boundary.change(change, queued=self._cut)
+        found: Running = self.boundary.change(change, queued=self._cuts.cut)
         return found
-
-    def _cut(self) -> None:
-        """Cut the batch in flight short, if it can be (its tasks stop before their next
-        piece of rows; what they did is committed)."""
-        with self._cut_lock:
-            if self._cuttable is None or self._signals is None:
-                return
-            self._cut_for_change = self._cuttable
-            try:
-                self._signals.cut(self._cuttable)
-            except OSError as e:  # the batch then ends as it would have
-                log.warning("batch %d: not cut (%s)", self._cuttable, e)
-
-    def _cut_long(self, batch_id: int) -> None:
-        """Cut batch ``batch_id`` short for running past its steered duration (a timer's
-        thread; nothing when the batch is over)."""
-        with self._cut_lock:
-            if self._cuttable != batch_id or self._signals is None:
-                return
-            self._cut_for_time = batch_id
-            try:
-                self._signals.cut(batch_id)
-            except OSError as e:
-                log.warning("batch %d: not cut (%s)", batch_id, e)
 
     def retag(self, version: int) -> None:
         """Commit under ``version`` from the next batch boundary on (a newer model that
@@ -295,7 +247,9 @@ class BatchRunner:
                 trace.debug("batch %d: lease over, not run", batch_id)
                 return  # this lease is over: the next owner takes these records
             started = time.monotonic()
-            under = self._issued  # the limit this batch was planned under
+            self._ran_in_driver = False
+            steering = self._steering
+            under = steering.issued  # the limit this batch was planned under
             plan = self.running.plan
             ranges = None if plan.system == "kinesis" else self._ranges(batch_id)
             if ranges is not None and self._read_ranges is not None:
@@ -342,17 +296,19 @@ class BatchRunner:
             ended = time.monotonic()
             took = ended - started
             if plan.system != "kinesis" and timed is not None:  # it ran long
-                self._resize_cut_long(batch_id, timed, started, ended)
+                steering.after_cut_long(batch_id, timed, started, ended)
             elif plan.system != "kinesis":  # (a Kinesis batch has its per-shard limit)
-                # a batch cut short for a change says nothing of a full one's duration
-                self._resize(0 if cut_short else read, started, ended, under)
+                # a batch cut short for a change says nothing of a full one's duration,
+                # nor does one the driver ran of a Spark batch's
+                steering.after(0 if cut_short or self._ran_in_driver else read, started,
+                               ended, under)
             self.busy.record(started, ended)
             # what the batches did (a user's sign of progress): a line per interval
             self._progress.batch(
                 batch_id, read, len({s.task for s in now.starts}) if read else 0,
                 len({s.task for s in plan.starts}), took,
-                self._issued if self._size is not None and plan.system != "kinesis"
-                else None, cut_short)
+                steering.issued if steering.size is not None and plan.system != "kinesis"
+                else None, cut_short, self._ran_in_driver)
             self.batches += 1
             self.stats = {
                 "batchSeconds": round(took, 3), "version": plan.version,
@@ -360,13 +316,13 @@ class BatchRunner:
                 "commitsSkipped": self.committer.skipped,
                 "commitFailures": self.committer.failures,
                 "commitPendingSeconds": _age(self.committer.unacknowledged_since()),
-                "triggerSeconds": self._trigger_s}
+                "triggerSeconds": self._trigger_s, "batchesInDriver": self.in_driver}
             spread = self._buckets.report() if self._buckets is not None else None
             if spread is not None:
                 self.stats["keyBucketCounts"] = spread
-            if self._size is not None and plan.system != "kinesis":
-                self.stats["batchLimit"] = self._size.limit
-                self.stats["batchesCut"] = self.cuts
+            if steering.size is not None and plan.system != "kinesis":
+                self.stats["batchLimit"] = steering.size.limit
+                self.stats["batchesCut"] = self._cuts.count
 
     def _guarded(self, batch_id: int, plan: QueryPlan, now: QueryPlan) -> QueryPlan:
         """``now`` (the batch's run of ``plan``) without the tasks the batch read past the
@@ -427,70 +383,9 @@ class BatchRunner:
         return {split_key(k): (int(r["from"]), int(r["to"]))
                 for k, r in self._ranges_read.items()}
 
-    def _resize(self, records: int, started: float, ended: float,
-                read_under: int | None = None) -> None:
-        """Steer the next batch's size on this one, read under the limit ``read_under``
-        (default: the one issued now; ``records`` 0: not measured, as a batch cut short):
-        its ``foreachBatch`` time plus Spark's part of a trigger (its logs, the source's
-        planning), measured as the gap between the last batch's end and this one's start
-        when the two ran back to back. A longer gap is the query idling (nothing to read,
-        or a handover's wait for its barrier) and the last part measured stands in, or the
-        batch after every handover would look slow.
-
-        Measured as it ends, the batch steers the very next one: measured a batch later
-        (with the gap after it), a backlog's ramp lost a batch of fixed cost per step."""
-        self._measure_gap(started, ended)
-        if self._size is None:
-            return
-        if records > 0:
-            if not self._warm:  # the query's first batch: Spark and Python warming up
-                self._warm = True
-            else:
-                seconds = (ended - started) + self._spark_s
-                size = after_batch(self._size, records, seconds,
-                                   self._issued if read_under is None else read_under)
-                if size.limit != self._size.limit:
-                    log.debug("batch size %d -> %d records (%d took %.2fs, a batch's fixed "
-                              "cost %.2fs)", self._size.limit, size.limit, records, seconds,
-                              size.fixed_s)
-                self._size = size
-        self._issue(self._size.limit)  # (also back from a first batch's half)
-
-    def _measure_gap(self, started: float, ended: float) -> None:
-        """Spark's part of a trigger: the gap between the last batch's end and this
-        one's start, when they ran back to back (``_resize``)."""
-        last_end, self._last_end = self._last_end, ended
-        if last_end is not None and 0.0 <= started - last_end < self._idle_gap_s:
-            self._spark_s = started - last_end
-
-    def _resize_cut_long(self, batch_id: int, processed: int, started: float,
-                         ended: float) -> None:
-        """Steer the next batch on one cut short for running long, having processed
-        about ``processed`` records: what fits in a batch, measured (``after_time_cut``;
-        also a query's first batch: without it, the next would read as much again)."""
-        self._measure_gap(started, ended)
-        if self._size is None:
-            return
-        warming, self._warm = not self._warm, True
-        seconds = (ended - started) + self._spark_s
-        size = after_time_cut(self._size, processed, seconds, warming)
-        log.info("batch %d: cut after %.1fs for running long, about %d records processed: "
-                 "batches of %d records from now", batch_id, ended - started, processed,
-                 size.limit)
-        self._size = size
-        self._issue(size.limit)
-
     def query_restarted(self) -> None:
-        """A new query runs the batches from now on: its first batch warms Spark up
-        again, and no gap before it is Spark's part of a trigger."""
-        self._warm = False
-        self._last_end = None
-
-    def _issue(self, limit: int) -> None:
-        """Have the source read at most ``limit`` records from its next batch on."""
-        if limit != self._issued:
-            self._issued = limit
-            self._set_limit(limit)
+        """A new query runs the batches from now on (``BatchSteering.query_restarted``)."""
+        self._steering.query_restarted()
 
     def _run(self, batch: DataFrame, batch_id: int, plan: QueryPlan,
              ends: dict[tuple[str, int], int], readers: int,
@@ -531,56 +426,56 @@ class BatchRunner:
                             "share of their %d tasks", batch_id, len(ends),
                             len(reads.groups), len(with_rows))
             placed = placed or reads is not None
+        # a small batch whose runners read it runs in the driver: no Spark job
+        in_driver = reads is not None and remote is None and self._driver is not None \
+            and self._driver.takes(reads.records)
+        self._ran_in_driver = in_driver
+        if in_driver:
+            trace.debug("batch %d: %d records, run in the driver", batch_id,
+                        reads.records if reads is not None else 0)
         # the batch's rows for its tasks, unless the runners read them themselves (its
         # two DataFrame calls cost a one-record batch 15-30 ms of the driver's ~155 here)
         mine = batch if reads is not None else _rows_for(batch, plan, columns, slots)
-        cut = self._cut_plan(batch_id) if plan.system != "kinesis" else None
+        cut = None if plan.system == "kinesis" else self._cuts.plan(
+            batch_id, self._steering.steering_s,
+            self._stale)
         executor_state = None if remote is None or checkpoint_id is None else \
             remote.plan(batch_id, checkpoint_id, tasks)
         output: list[Any] = []
         beside: Left | None = None  # the reports the signals' channel carried
         task_rows = self._task_rows() if count_buckets_of is not None else None
-        cut_after = self._size.cut_after_s if self._size is not None else None
-        timer = threading.Timer(cut_after, self._cut_long, (batch_id,)) \
+        cut_after = self._steering.cut_after_s
+        timer = threading.Timer(cut_after, self._cuts.cut_long, (batch_id,)) \
             if cut is not None and cut_after is not None else None
         if timer is not None:
             timer.daemon = True
             timer.start()
+        began = time.monotonic()
         try:
             self._process(mine, BatchContext(
                 self._pid(), plan.version, batch_id, self._spark, tasks,
                 str(states.state_dir) if states and remote is None else None,
                 checkpoint_id, placed, cut, executor_state,
                 output.append if self.transactions is not None else None, task_rows,
-                plan.key_hash, reads))
+                plan.key_hash, reads, in_driver))
+            if in_driver and reads is not None and self._driver is not None:
+                self.in_driver += 1
+                self._driver = self._driver.after(reads.records, time.monotonic() - began)
         finally:
             if timer is not None:
                 timer.cancel()
             if cut is not None:
-                beside = self._uncut(batch_id)
+                beside = self._cuts.end(batch_id)
         if task_rows is not None and count_buckets_of is not None \
                 and self._buckets is not None:
             self._buckets.add(plan, owned_counts(plan, task_rows.value, set(count_buckets_of)),
                               count_buckets_of, self._spans_read())
         if remote is not None and checkpoint_id is not None:
             remote.batch_done(batch_id, checkpoint_id)  # the snapshots the commit names
-        left = of_batch(self._reports.value, batch_id) if cut is not None else {}
-        if beside is not None and beside != left:
-            # Spark drops an accumulator update it fails to apply (it logs it): a task
-            # committed whole past records it left would lose them
-            log.error("batch %d: the cut reports of the accumulator (%s) and of the "
-                      "signals' folder (%s) differ; each task is committed to the lowest",
-                      batch_id, left, beside)
-            for spot, offset in beside.items():
-                left[spot] = min(left.get(spot, offset), offset)
-        timed: int | None = None
-        if left:
-            self._reports.value = {}
-            self.cuts += 1
-            log.info("batch %d: cut short, %d tasks left records for the next batch",
-                     batch_id, len({k[0] for k in left}))
-            if self._cut_for_time == batch_id and self._cut_for_change != batch_id:
-                timed = self._processed(plan, left)
+        left = self._cuts.left(batch_id, beside) if cut is not None else {}
+        # (a batch cut for running long alone measured what fits in a batch)
+        timed = self._processed(plan, left) if left and self._cuts.for_time(batch_id) \
+            else None
         self._done = advanced(self._done, plan, ends, left)
         checkpoints = plan.commit(ends, left)
         if left:
@@ -651,36 +546,12 @@ class BatchRunner:
         self._rows_counted.value = {}
         return self._rows_counted
 
-    def _cut_plan(self, batch_id: int) -> CutPlan | None:
-        """Batch ``batch_id``'s cut plan (None: the worker has no channel for signals).
-        A batch planned before a change of the running tasks, or starting while one
-        waits for it, is cut as it starts (a change queued before ``_cuttable`` is set
-        finds no batch to cut, so the batch looks for it)."""
-        if self._signals is None:
-            return None
-        if self._reports is None:
-            self._reports = self._spark.sparkContext.accumulator({}, CutReports())
-        batch_s = self._size.steering_s if self._size is not None else 1.0
-        with self._cut_lock:
-            self._cuttable = batch_id
-            # (a restarted query runs a batch id again: no earlier cut of it counts)
-            self._cut_for_change = self._cut_for_time = None
-        stale = (self._planned_under is not None
-                 and self._planned_under < self.running.source.version)
-        if stale or self.boundary.waiting:
-            self._cut()
-        return CutPlan(self._signals.where, batch_id, pieces_for(batch_s), self._reports)
-
-    def _uncut(self, batch_id: int) -> Left | None:
-        """Batch ``batch_id`` is over: nothing cuts it any more. Returns the reports its
-        tasks left beside the signal (None: the channel carries none)."""
-        assert self._signals is not None
-        with self._cut_lock:
-            self._cuttable = None
-            try:
-                return self._signals.reports(batch_id)
-            finally:
-                self._signals.clear(batch_id)
+    def _stale(self) -> bool:
+        """Whether the batch in flight was planned before a change of the running tasks,
+        or one waits for it (``BatchCuts.plan``)."""
+        return (self._planned_under is not None
+                and self._planned_under < self.running.source.version) \
+            or bool(self.boundary.waiting)
 
     def log_progress(self) -> None:
         """The progress line of the batches since the last one (at a stop)."""

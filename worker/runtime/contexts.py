@@ -13,6 +13,7 @@ from common.tls import ClientTls
 from grouping.key_hash import KeyHash
 from worker.cuts import CutPlan
 from worker.runtime.app import is_local_master
+from worker.runtime.driver_batches import MOST_RECORDS
 from worker.state.executor import ExecutorStatePlan
 from worker.state.store import TaskStore
 from worker.state.tasks import StateConfig, no_state
@@ -86,6 +87,9 @@ class WorkerConfig:
     # every Kafka client's settings beyond the brokers (``--kafka-config``,
     # ``--kafka-option``: security.protocol, SASL, TLS); None: ``kafka_bootstrap`` alone
     kafka_client: KafkaClientSettings | None = None
+    # ``process_task`` batches of at most this many records may run in the driver,
+    # without a Spark job (``worker.runtime.driver_batches``); 0: every batch in Spark
+    driver_batch_records: int = MOST_RECORDS
 
     @property
     def kafka(self) -> KafkaClientSettings:
@@ -134,6 +138,9 @@ class BatchContext:
     # a Kafka batch whose tasks' runners read its ranges themselves (the DataFrame
     # handed over is then not what ``process_task`` runs on: ``worker.runtime.task_reads``)
     reads: TaskReads | None = None
+    # a small batch the driver runs itself, without a Spark job
+    # (``worker.runtime.driver_batches``; its runners read it: ``reads`` is set)
+    in_driver: bool = False
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

@@ -30,6 +30,7 @@ class _Sum:
     tasks_read: int = 0  # the most tasks with records in one batch
     tasks: int = 0  # the most tasks running at a batch
     seconds: float = 0.0
+    in_driver: int = 0  # batches the driver ran itself (``worker.runtime.driver_batches``)
 
 
 class ProgressLog:
@@ -45,13 +46,16 @@ class ProgressLog:
         self._sum = _Sum()
 
     def batch(self, batch_id: int, records: int, tasks_read: int, tasks: int,
-              seconds: float, limit: int | None, cut_short: bool) -> None:
+              seconds: float, limit: int | None, cut_short: bool,
+              in_driver: bool = False) -> None:
         """One batch done: ``records`` read for ``tasks_read`` of the ``tasks`` running,
-        in ``seconds``; ``limit`` the next batch's record limit (None: none)."""
+        in ``seconds`` (``in_driver``: by the driver itself, no Spark job); ``limit`` the
+        next batch's record limit (None: none)."""
         nxt = f", next at most {limit} records" if limit is not None else ""
         short = " (cut short)" if cut_short else ""
-        per_batch.debug("batch %d: %d records for %d of %d tasks in %.2fs%s%s", batch_id,
-                        records, tasks_read, tasks, seconds, nxt, short)
+        where = " in the driver" if in_driver else ""
+        per_batch.debug("batch %d: %d records for %d of %d tasks in %.2fs%s%s%s", batch_id,
+                        records, tasks_read, tasks, seconds, where, nxt, short)
         s = self._sum
         if s.batches == 0:
             s.first = batch_id
@@ -61,6 +65,7 @@ class ProgressLog:
         s.tasks_read = max(s.tasks_read, tasks_read)
         s.tasks = max(s.tasks, tasks)  # (a version change within: the most running)
         s.seconds += seconds
+        s.in_driver += in_driver
         now = self._clock()
         if self._since is None or now - self._since >= self._interval_s:
             self.flush(nxt=nxt, short=short)
@@ -75,11 +80,13 @@ class ProgressLog:
         lag = self._lag()
         behind = f"; {lag} records behind" if lag is not None else ""
         if s.batches == 1:
-            log.info("batch %d: %d records for %d of %d tasks in %.2fs%s%s%s", s.first,
-                     s.records, s.tasks_read, tasks, s.seconds, nxt, short, behind)
+            log.info("batch %d: %d records for %d of %d tasks in %.2fs%s%s%s%s", s.first,
+                     s.records, s.tasks_read, tasks, s.seconds,
+                     " in the driver" if s.in_driver else "", nxt, short, behind)
         else:
+            driver = f" ({s.in_driver} in the driver)" if s.in_driver else ""
             log.info("batches %d-%d: %d records for up to %d of %d tasks in %d batches of "
-                     "%.2fs on average%s%s", s.first, s.last, s.records, s.tasks_read, tasks,
-                     s.batches, s.seconds / s.batches, nxt, behind)
+                     "%.2fs on average%s%s%s", s.first, s.last, s.records, s.tasks_read,
+                     tasks, s.batches, s.seconds / s.batches, driver, nxt, behind)
         self._since = self._clock()
         self._sum = _Sum()

@@ -19,7 +19,7 @@ from common.kafka_clients import Brokers, settings_of
 from grouping.key_hash import KeyHash
 from worker.cuts import CutPlan, piece_bounds
 from worker.plan import sql_string
-from worker.python_workers import settle
+from worker.python_workers import keep_unfrozen, settle
 from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
 from worker.runtime.task_reads import TaskReads
 from worker.state.executor import ExecutorStatePlan, executor_task_state
@@ -38,9 +38,22 @@ def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: Brokers
     across tasks and with each task's rows in offset order (SEP-32: parallelism beyond
     partitions, order within a key). Rows ``fn`` returns (columns ``key``, ``value``: bytes
     or str) go to ``output_topic``."""
+    # (the driver's: Spark's Python workers import this module and never need it)
+    from worker.output.driver_kafka import DriverOutput  # noqa: PLC0415
+
     sink = settings_of(kafka_bootstrap).spark_options()  # (checked here, at start)
+    # a small batch run in the driver writes its output itself (made at its first)
+    driver_output = DriverOutput(settings_of(kafka_bootstrap), output_topic) \
+        if output_topic else None
 
     def process_batch(df: DataFrame, ctx: BatchContext) -> None:
+        if ctx.in_driver:  # no Spark job: the tasks run here, their output written here
+            frames = run_in_driver(fn, ctx)
+            if ctx.collect is not None:
+                ctx.collect(_arrow(frames))
+            elif driver_output is not None:
+                driver_output.write(frames)
+            return
         result = run_tasks(df, fn, ctx)
         if ctx.collect is not None:  # exactly-once: written with the batch's commit
             ctx.collect(result.toArrow())
@@ -73,6 +86,35 @@ def run_tasks(df: DataFrame, fn: ProcessTask, ctx: BatchContext) -> DataFrame:
                                                         OUTPUT_SCHEMA)
     placed = df if ctx.tasks_placed else place_tasks(df, ctx)
     return placed.mapInPandas(runner, OUTPUT_SCHEMA)
+
+
+def run_in_driver(fn: ProcessTask, ctx: BatchContext) -> list[pd.DataFrame]:
+    """What ``fn`` returns for a batch whose runners read its ranges (``ctx.reads``), run
+    in this process (``worker.runtime.driver_batches``): each group of ranges by its own
+    runner, one after the other, as its Spark task would have run it (the same reads,
+    routes, cut plan, state and row counts)."""
+    if ctx.reads is None or not ctx.reads.groups:
+        raise ValueError("a batch runs in the driver only when its runners read it")
+    keep_unfrozen()
+    runner = _partition_runner(fn, ctx.processor_id, ctx.version, ctx.state_dir,
+                               ctx.checkpoint_id, ctx.cut, ctx.executor_state, ctx.task_rows,
+                               ctx.key_hash)
+    reading = _reading(runner, ctx.reads)
+    out: list[pd.DataFrame] = []
+    for group in range(len(ctx.reads.groups)):
+        out.extend(reading(iter([pd.DataFrame({"id": [group]})])))
+    return out
+
+
+def _arrow(frames: list[pd.DataFrame]) -> Any:
+    """``frames`` as the Arrow table Spark's ``toArrow`` makes of the output schema."""
+    import pyarrow as pa  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
+    if not frames:
+        return schema.empty_table()
+    return pa.Table.from_pandas(pd.concat(frames, ignore_index=True), schema=schema,
+                                preserve_index=False)
 
 
 def _reading(runner: Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]],

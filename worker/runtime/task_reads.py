@@ -130,6 +130,11 @@ class TaskReads:
     #: per group, the tasks it runs (a split read's share); empty: all of its ranges'
     shares: tuple[frozenset[str], ...] = ()
 
+    @property
+    def records(self) -> int:
+        """The records its runners read, a split read's range once per share."""
+        return sum(r.end - r.start for g in self.groups for r in g.ranges)
+
     def frames(self, group: int) -> Iterator[pd.DataFrame]:
         """Group ``group``'s records as the batch's rows (:data:`COLUMNS`), a range's
         Arrow batch at a time (in the executor's Python worker)."""

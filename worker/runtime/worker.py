@@ -33,6 +33,7 @@ from worker.runtime.batches import BatchRunner
 from worker.runtime.bucket_counts import BucketCounts
 from worker.runtime.contexts import ProcessBatch, WorkerConfig
 from worker.runtime.control import Heartbeats, ModelFollower, StateKeeper
+from worker.runtime.driver_batches import DriverBatches
 from worker.runtime.handover import (
     HandingOver,
     Handover,
@@ -100,7 +101,12 @@ class Worker:
             if config.kafka_reader == "jvm" and self._placement is None else None,
             self._placement, BucketCounts(config.bucket_sample_interval_s,
                                           in_tasks=config.api == "task"),
-            config.task_reads)
+            config.task_reads,
+            # (a local master's: on a cluster the tasks run on the executors' hosts and
+            # Python, which the driver's may not be; taskHosts reports those hosts)
+            DriverBatches(config.driver_batch_records)
+            if config.driver_batch_records > 0 and config.task_reads is not None
+            and is_local_master(config.spark_master) else None)
         self._keeper: StateKeeper | None = None
         self._handing_over = HandingOver()  # reported in the heartbeats
         # a query dying of anything but the app's code is started again (bounded)

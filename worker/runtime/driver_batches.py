@@ -1,0 +1,83 @@
+"""Which Kafka batches of ``process_task`` run in the driver, without a Spark job (pure).
+
+A Spark job whose task runs Python costs ~70-110 ms on a small host before any of its
+work (the job, the task's launch, the Python worker's command and the Arrow exchange;
+bench/RESULTS.md, #48), and a batch of a few records is nothing but that cost: a record
+arriving at an idle worker waited for it, and a one-record batch's trigger took ~165 ms.
+A batch whose work in one thread is well under that cost is run by the driver itself:
+its tasks' runners read its ranges, call ``process_task`` and write what it returns in
+this process, one group of ranges after another (``task_api.run_in_driver``), exactly as
+the Spark tasks would have, state and cuts included.
+
+Whether a batch is small enough is measured, not guessed: a batch's time in the driver
+is modelled as a fixed part (its one-record batches' time, a moving mean) plus a part
+per further record (a moving mean over its bigger batches), and a batch runs there when
+the model says it takes at most :data:`BUDGET_S`. A batch of more than ``most_records``
+never does (0: none does). The first batch run there pays the driver's one-time costs
+(its consumers' connections, imports) and is not measured; until a batch of two or more
+records was, only batches of up to :data:`PROBE_RECORDS` run there. A batch of one record
+always does: Spark could not spread it over cores either, so the driver is never the
+slower for it, and it keeps the fixed part measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+#: how long a batch may take in the driver: half what the Spark job it saves costs here
+BUDGET_S = 0.05
+#: the most records a batch run in the driver may hold (``--driver-batch-records``)
+MOST_RECORDS = 1000
+#: the most records a batch may hold to run in the driver before its cost per record is
+#: measured
+PROBE_RECORDS = 100
+#: the weight of the newest batch in the moving means
+WEIGHT = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class DriverBatches:
+    """The policy and what it measured so far."""
+
+    most_records: int = MOST_RECORDS  # 0: no batch runs in the driver
+    budget_s: float = BUDGET_S
+    warm: bool = False  # a first batch ran in the driver (its one-time costs paid)
+    fixed_s: float | None = None  # a one-record batch's time (None: not measured yet)
+    s_per_record: float | None = None  # each further record's (None: not measured yet)
+
+    def estimate_s(self, records: int) -> float | None:
+        """What a batch of ``records`` would take in the driver (None: not known yet)."""
+        if self.s_per_record is None:
+            return None
+        return (self.fixed_s or 0.0) + max(0, records - 1) * self.s_per_record
+
+    def takes(self, records: int) -> bool:
+        """Whether a batch of ``records`` (> 0) runs in the driver."""
+        if records <= 0 or records > self.most_records:
+            return False
+        if records == 1:
+            return True
+        estimate = self.estimate_s(records)
+        if estimate is None:
+            return records <= PROBE_RECORDS
+        return estimate <= self.budget_s
+
+    def after(self, records: int, seconds: float) -> DriverBatches:
+        """Measured: a batch of ``records`` took ``seconds`` in the driver (its reads, the
+        tasks and its output)."""
+        if records <= 0 or seconds < 0:
+            return self
+        if not self.warm:
+            return replace(self, warm=True)
+        if records == 1:
+            return replace(self, fixed_s=_mean(self.fixed_s, seconds))
+        per = max(0.0, seconds - (self.fixed_s or 0.0)) / (records - 1)
+        return replace(self, s_per_record=_mean(self.s_per_record, per))
+
+
+def _mean(mean: float | None, new: float) -> float:
+    """The moving mean after ``new``."""
+    return new if mean is None else WEIGHT * new + (1 - WEIGHT) * mean
+
+
+__all__ = ["BUDGET_S", "MOST_RECORDS", "PROBE_RECORDS", "DriverBatches"]
