@@ -58,6 +58,7 @@ def test_keys_land_where_sparks_kafka_sink_puts_them(spark: SparkSession,
      .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", by_spark).save())
     output = DriverOutput(kafka.client_settings(), by_driver)
     try:
+        output.connect()  # (ahead of the first write, as the driver warms up)
         assert output.write([rows.iloc[:70], rows.iloc[70:]]) == len(keys)
         assert output.write([]) == 0
     finally:

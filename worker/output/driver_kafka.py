@@ -45,6 +45,11 @@ class DriverOutput:
             }))
         return self._producer
 
+    def connect(self, timeout_s: float = 10.0) -> None:
+        """Make the producer and connect it to the brokers (the topic's metadata), ahead
+        of its first write."""
+        self._made().list_topics(self._topic, timeout=timeout_s)
+
     def write(self, frames: Iterable[pd.DataFrame]) -> int:
         """Write the rows of ``frames`` (``key``, ``value``: bytes or None), and wait for
         every one to be acknowledged; how many. Raises :class:`OutputNotDelivered`."""

@@ -141,6 +141,10 @@ class BatchRunner:
         # (``worker.runtime.driver_batches``; None: never)
         self._driver = driver_batches
         self._ran_in_driver = False  # the batch in flight
+        # set once the driver's clients are made (its consumers, its producer): until
+        # then its candidate batches run in Spark, the first of them making them
+        self._driver_ready = threading.Event()
+        self._driver_warming = False
         self.in_driver = 0  # batches run in the driver so far
 
     # -- the running tasks (each change applied at the batch boundary)
@@ -427,8 +431,19 @@ class BatchRunner:
                             len(reads.groups), len(with_rows))
             placed = placed or reads is not None
         # a small batch whose runners read it runs in the driver: no Spark job
-        in_driver = reads is not None and remote is None and self._driver is not None \
-            and self._driver.takes(reads.records)
+        in_driver = False
+        warm_up: threading.Event | None = None
+        if reads is not None and remote is None and self._driver is not None:
+            # (the driver reads each range once: a split read's shares are for cores)
+            whole = self._reads(plan) if reads.shares else reads
+            if whole is not None and self._driver.takes(whole.records):
+                if self._driver_ready.is_set():
+                    in_driver, reads = True, whole
+                elif not self._driver_warming:
+                    # not on a batch's path: connecting its consumers and producer took
+                    # the first such batch a second, of latency for each of its records
+                    self._driver_warming = True
+                    warm_up = self._driver_ready
         self._ran_in_driver = in_driver
         if in_driver:
             trace.debug("batch %d: %d records, run in the driver", batch_id,
@@ -457,7 +472,7 @@ class BatchRunner:
                 str(states.state_dir) if states and remote is None else None,
                 checkpoint_id, placed, cut, executor_state,
                 output.append if self.transactions is not None else None, task_rows,
-                plan.key_hash, reads, in_driver))
+                plan.key_hash, reads, in_driver, warm_up))
             if in_driver and reads is not None and self._driver is not None:
                 self.in_driver += 1
                 self._driver = self._driver.after(reads.records, time.monotonic() - began)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,9 @@ class BatchContext:
     # a small batch the driver runs itself, without a Spark job
     # (``worker.runtime.driver_batches``; its runners read it: ``reads`` is set)
     in_driver: bool = False
+    # a batch run in Spark whose runners read it: make this process's clients for
+    # running batches in the driver meanwhile, and set this once they are
+    warm_up_driver: threading.Event | None = None
 
 
 ProcessBatch = Callable[["DataFrame", BatchContext], None]

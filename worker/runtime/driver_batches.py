@@ -9,15 +9,16 @@ its tasks' runners read its ranges, call ``process_task`` and write what it retu
 this process, one group of ranges after another (``task_api.run_in_driver``), exactly as
 the Spark tasks would have, state and cuts included.
 
-Whether a batch is small enough is measured, not guessed: a batch's time in the driver
-is modelled as a fixed part (its one-record batches' time, a moving mean) plus a part
-per further record (a moving mean over its bigger batches), and a batch runs there when
-the model says it takes at most :data:`BUDGET_S`. A batch of more than ``most_records``
-never does (0: none does). The first batch run there pays the driver's one-time costs
-(its consumers' connections, imports) and is not measured; until a batch of two or more
-records was, only batches of up to :data:`PROBE_RECORDS` run there. A batch of one record
-always does: Spark could not spread it over cores either, so the driver is never the
-slower for it, and it keeps the fixed part measured.
+Whether a batch is small enough is measured, not guessed, from the driver's own recent
+batches: one of ``r`` records that took ``t`` says a batch of ``n <= r`` takes at most
+``t``, and one of ``n > r`` at most ``t * n / r`` (its fixed part scaled too: an
+overestimate, never an underestimate of a job whose records cost alike). The tightest of
+those bounds over the last :data:`WINDOW` batches decides against :data:`BUDGET_S`. A
+batch of more than ``most_records`` never runs there (0: none does). The first batch run
+there pays the driver's one-time costs and is not measured; until one is, only batches of
+up to :data:`PROBE_RECORDS` run there. A batch of one record always does: Spark could not
+spread it over cores either, so the driver is never the slower for it, and its measure
+keeps the window current.
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ from dataclasses import dataclass, replace
 BUDGET_S = 0.05
 #: the most records a batch run in the driver may hold (``--driver-batch-records``)
 MOST_RECORDS = 1000
-#: the most records a batch may hold to run in the driver before its cost per record is
-#: measured
+#: the most records a batch may hold to run in the driver before its cost is measured
 PROBE_RECORDS = 100
-#: the weight of the newest batch in the moving means
-WEIGHT = 0.3
+#: the driver's batches the estimate is taken over (the newest)
+WINDOW = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +42,14 @@ class DriverBatches:
     most_records: int = MOST_RECORDS  # 0: no batch runs in the driver
     budget_s: float = BUDGET_S
     warm: bool = False  # a first batch ran in the driver (its one-time costs paid)
-    fixed_s: float | None = None  # a one-record batch's time (None: not measured yet)
-    s_per_record: float | None = None  # each further record's (None: not measured yet)
+    samples: tuple[tuple[int, float], ...] = ()  # (records, seconds), oldest first
 
     def estimate_s(self, records: int) -> float | None:
-        """What a batch of ``records`` would take in the driver (None: not known yet)."""
-        if self.s_per_record is None:
+        """At most what a batch of ``records`` would take in the driver, from the recent
+        batches (None: none measured yet)."""
+        if not self.samples:
             return None
-        return (self.fixed_s or 0.0) + max(0, records - 1) * self.s_per_record
+        return min(t * max(1.0, records / r) for r, t in self.samples)
 
     def takes(self, records: int) -> bool:
         """Whether a batch of ``records`` (> 0) runs in the driver."""
@@ -69,15 +69,7 @@ class DriverBatches:
             return self
         if not self.warm:
             return replace(self, warm=True)
-        if records == 1:
-            return replace(self, fixed_s=_mean(self.fixed_s, seconds))
-        per = max(0.0, seconds - (self.fixed_s or 0.0)) / (records - 1)
-        return replace(self, s_per_record=_mean(self.s_per_record, per))
+        return replace(self, samples=(*self.samples, (records, seconds))[-WINDOW:])
 
 
-def _mean(mean: float | None, new: float) -> float:
-    """The moving mean after ``new``."""
-    return new if mean is None else WEIGHT * new + (1 - WEIGHT) * mean
-
-
-__all__ = ["BUDGET_S", "MOST_RECORDS", "PROBE_RECORDS", "DriverBatches"]
+__all__ = ["BUDGET_S", "MOST_RECORDS", "PROBE_RECORDS", "WINDOW", "DriverBatches"]

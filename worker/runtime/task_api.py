@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -22,9 +23,13 @@ from worker.plan import sql_string
 from worker.python_workers import keep_unfrozen, settle
 from worker.runtime.contexts import BatchContext, ProcessBatch, ProcessTask, TaskContext
 from worker.runtime.task_reads import TaskReads
+from worker.sources.kafka_consumers import pool
 from worker.state.executor import ExecutorStatePlan, executor_task_state
 from worker.state.store import TaskStore
 from worker.state.tasks import task_state
+
+if TYPE_CHECKING:
+    from worker.output.driver_kafka import DriverOutput
 
 log = logging.getLogger("coxswain.worker")
 
@@ -47,6 +52,10 @@ def task_api(fn: ProcessTask, output_topic: str | None, kafka_bootstrap: Brokers
         if output_topic else None
 
     def process_batch(df: DataFrame, ctx: BatchContext) -> None:
+        if ctx.warm_up_driver is not None and ctx.reads is not None:
+            threading.Thread(target=warm_up_driver, name="coxswain-driver-warm-up",
+                             args=(ctx.reads, driver_output, ctx.warm_up_driver),
+                             daemon=True).start()
         if ctx.in_driver:  # no Spark job: the tasks run here, their output written here
             frames = run_in_driver(fn, ctx)
             if ctx.collect is not None:
@@ -104,6 +113,28 @@ def run_in_driver(fn: ProcessTask, ctx: BatchContext) -> list[pd.DataFrame]:
     for group in range(len(ctx.reads.groups)):
         out.extend(reading(iter([pd.DataFrame({"id": [group]})])))
     return out
+
+
+def warm_up_driver(reads: TaskReads, output: DriverOutput | None,
+                   ready: threading.Event) -> None:
+    """Make this process's clients for running batches in the driver (a thread, while
+    the batch ``reads`` belongs to runs in Spark): a consumer of each of its partitions,
+    positioned where the batch ends (where the partition's next batch starts), and the
+    output's producer, connected. Sets ``ready`` when done, made or not (a client that
+    failed is made again by the batch that needs it)."""
+    try:
+        keep_unfrozen()
+        consumers = pool()
+        for group in reads.groups:
+            for r in group.ranges:
+                consumer = consumers.take(reads.kafka, r.topic, r.partition, r.end)
+                consumers.give_back(reads.kafka, r.topic, r.partition, consumer, r.end)
+        if output is not None:
+            output.connect()
+    except Exception as e:  # (only a head start: the batches make what is missing)
+        log.warning("the driver's Kafka clients were not made ahead of its batches: %s", e)
+    finally:
+        ready.set()
 
 
 def _arrow(frames: list[pd.DataFrame]) -> Any:
