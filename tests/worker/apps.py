@@ -144,3 +144,11 @@ def kinesis_count_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
 def failing_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
     """process_task failing on its first rows, as a bug in an app does."""
     raise ValueError("an order without an amount")
+
+
+def poisoned_task(ctx: TaskContext, rows: pd.DataFrame) -> pd.DataFrame:
+    """``echo_task`` until a record whose value is ``poison``: then it fails, as a bug
+    in an app does on a record it did not expect."""
+    if (rows["value"] == b"poison").any():
+        raise ValueError("an order without an amount")
+    return echo_task(ctx, rows)

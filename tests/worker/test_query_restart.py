@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 
 from service.local.kafka import LocalKafka
+from service.local.ports import stop_process_group
 from tests.service.conftest import StartServer
 from tests.worker.test_end_to_end import (
     Producing,
@@ -142,28 +143,46 @@ def test_python_workers_killed_mid_batch_restart_the_query_with_counts_exact(
 def test_a_failure_in_the_apps_code_ends_the_worker_with_its_traceback_first(
     start_server: StartServer, kafka: LocalKafka, tmp_path: Path, where: str,
 ) -> None:
-    """... whether the batch ran in the driver (a first batch of 10 records:
-    ``worker.runtime.driver_batches``) or in a Spark task."""
+    """... whether the failing batch ran in the driver (one record, once the driver's
+    clients are made: ``worker.runtime.driver_batches``) or in a Spark task."""
     topic, output = new_topics(kafka, 1)
     producing = Producing(kafka, topic)
     producing.send(10)
     server = coordinator_for(start_server, kafka, topic)
-    result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
-         "--app", "tests.worker.apps:failing_task", "--api", "task", "--output-topic",
-         output, "--kafka-bootstrap", kafka.bootstrap, "--processor-id", "w1",
-         "--spark-master", "local[1]",
-         *(["--driver-batch-records", "0"] if where == "spark" else [])],
-        capture_output=True, text=True, timeout=240, check=False)
-    assert result.returncode == 1, result.stderr[-3000:]
-    message = result.stderr[result.stderr.index("coxswain worker: the query died"):]
+    err = tmp_path / "w1.err"
+    with err.open("w") as stderr_file:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--coordinator", server.url,
+             "--app", "tests.worker.apps:poisoned_task", "--api", "task", "--output-topic",
+             output, "--kafka-bootstrap", kafka.bootstrap, "--processor-id", "w1",
+             "--spark-master", "local[1]",
+             *(["--driver-batch-records", "0"] if where == "spark" else [])],
+            stdout=subprocess.DEVNULL, stderr=stderr_file, start_new_session=True)
+    try:
+        wait_output(kafka, output, 10)
+        if where == "driver":  # a record at a time until the driver runs their batches
+            with server.client() as c:
+                deadline = time.monotonic() + 90
+                while not any((p.get("stats") or {}).get("batchesInDriver")
+                              for p in c.get("/status").json()["processors"]):
+                    assert time.monotonic() < deadline, err.read_text()[-3000:]
+                    producing.send(1)
+                    time.sleep(0.5)
+        producing.producer.produce(topic, key=b"key-poison", value=b"poison")
+        producing.producer.flush(30)
+        worker.wait(180)
+    finally:
+        stop_process_group(worker, grace_s=30)
+    stderr = err.read_text()
+    assert worker.returncode == 1, stderr[-3000:]
+    message = stderr[stderr.index("coxswain worker: the query died"):]
     assert message.startswith("coxswain worker: the query died in the app's code")
     lines = message.splitlines()
     assert lines[1] == "Traceback (most recent call last):", message[:2000]
     assert lines[-1] == "ValueError: an order without an amount", message[:2000]
     assert "tests/worker/apps.py" in message
     assert ("in run_in_driver" in message) == (where == "driver"), message[:3000]
-    assert "the query died, not in the app's code" not in result.stderr  # no restart
+    assert "the query died, not in the app's code" not in stderr  # no restart
 
 
 @pytest.mark.beside  # in the second process (tests/infra/beside.py)

@@ -436,14 +436,15 @@ class BatchRunner:
         if reads is not None and remote is None and self._driver is not None:
             # (the driver reads each range once: a split read's shares are for cores)
             whole = self._reads(plan) if reads.shares else reads
-            if whole is not None and self._driver.takes(whole.records):
-                if self._driver_ready.is_set():
+            if self._driver_ready.is_set():
+                if whole is not None and self._driver.takes(whole.records):
                     in_driver, reads = True, whole
-                elif not self._driver_warming:
-                    # not on a batch's path: connecting its consumers and producer took
-                    # the first such batch a second, of latency for each of its records
-                    self._driver_warming = True
-                    warm_up = self._driver_ready
+            elif not self._driver_warming:
+                # the driver's Kafka clients are made beside the query's first batch
+                # its runners read, off any batch's path: made by the first batch run
+                # in the driver, they took it a second, of latency for each record
+                self._driver_warming = True
+                warm_up = self._driver_ready
         self._ran_in_driver = in_driver
         if in_driver:
             trace.debug("batch %d: %d records, run in the driver", batch_id,
