@@ -121,8 +121,10 @@ def test_python_workers_killed_mid_batch_restart_the_query_with_counts_exact(
     producing = Producing(kafka, topic)
     producing.send(400)
     server = coordinator_for(start_server, kafka, topic, "--stateful")
+    # (its batches run in Spark's Python workers, the ones killed: none in the driver)
     worker = stateful_worker(tmp_path, server, kafka, output, "w1",
-                             f"file://{tmp_path / 'blobs'}", "--query-restart-window-s", "600")
+                             f"file://{tmp_path / 'blobs'}", "--query-restart-window-s", "600",
+                             "--driver-batch-records", "0")
     try:
         wait_output(kafka, output, producing.total)
         version = current_version(server)
@@ -199,6 +201,7 @@ def test_a_stateless_exactly_once_worker_restarts_its_query_and_duplicates_nothi
     worker = start_worker(tmp_path, server.url, kafka, output, "w1", "--api", "task",
                           "--output-topic", output, "--exactly-once",
                           "--query-restart-window-s", "600",
+                          "--driver-batch-records", "0",  # (Spark's workers are killed)
                           app="tests.worker.apps:slow_echo_task")
     workers = {"w1": worker}
     try:
