@@ -46,7 +46,8 @@ def _properties(path: Path, settings: KafkaClientSettings, **override: str) -> P
     return path
 
 
-@pytest.mark.parametrize("job", ["stateful-exactly-once", "stateless-jvm-reader"])
+@pytest.mark.parametrize("job", ["stateful-exactly-once", "stateless-jvm-reader",
+                                 "stateless-in-driver"])
 def test_a_job_on_a_sasl_ssl_only_broker_runs_and_leaks_no_secret(
     start_server: StartServer, secured_broker: LocalKafka,
     secured_kafka: KafkaClientSettings, tmp_path: Path, job: str,
@@ -72,8 +73,11 @@ def test_a_job_on_a_sasl_ssl_only_broker_runs_and_leaks_no_secret(
     (tmp_path / "kafka.pw").write_text(SCRAM_PASSWORD + "\n")
     props = _properties(tmp_path / "worker.properties", secured_kafka,
                         **{"sasl.password": f"${{file:{tmp_path / 'kafka.pw'}}}"})
+    # (in-driver: the Python reader and Spark's sink, a trickle's batches run in the
+    # driver: its consumers and producer through SASL_SSL too)
     mode = (["--exactly-once", "--stateful", "--state-dir", str(tmp_path / "state")]
-            if stateful else ["--kafka-reader", "jvm"])
+            if stateful else ["--kafka-reader", "jvm"] if job == "stateless-jvm-reader"
+            else [])
     worker = start_worker(
         tmp_path, server.url, secured_broker, output, "w0", "--api", "task",
         "--output-topic", output, *mode, "--kafka-bootstrap", secured_kafka.bootstrap,
@@ -88,7 +92,12 @@ def test_a_job_on_a_sasl_ssl_only_broker_runs_and_leaks_no_secret(
         else:
             wait_output(secured_broker, output, 400)
             producing.send(200)
-            check_lost_and_order(wait_output(secured_broker, output, 600), producing)
+            if job == "stateless-in-driver":
+                for _ in range(8):  # a record a batch
+                    producing.send(1)
+                    time.sleep(0.4)
+            check_lost_and_order(wait_output(secured_broker, output, producing.total),
+                                 producing)
         with server.client(ADMIN_TOKEN) as c:
             status = c.get("/status").text
     finally:
@@ -98,6 +107,8 @@ def test_a_job_on_a_sasl_ssl_only_broker_runs_and_leaks_no_secret(
     for where, text in outputs.items():
         assert not [s for s in SECRETS if s in text], f"a secret in the {where}"
     assert "input partitions changed" in server.log()  # discovered through SASL_SSL
+    if job == "stateless-in-driver":
+        assert "in the driver" in outputs["worker log"], outputs["worker log"][-3000:]
 
 
 def test_wrong_credentials_end_a_worker_and_a_coordinator_at_start(
